@@ -1,0 +1,75 @@
+//! `Acquire`: a server stream of `waiting` messages and one terminal `granted` or `not_granted`.
+
+use tokio_stream::{StreamExt, wrappers::ReceiverStream};
+use tonic::{Response, Status};
+
+use super::service::{LeaseServiceImpl, ResponseStream};
+use crate::{
+    lease::{HolderInfo, LeaseName, LeaseStore, waiting::AcquireEvent},
+    proto::{
+        self, AcquireRequest, AcquireResponse, Granted, NotGranted, Waiting, acquire_response,
+    },
+};
+
+impl<S: LeaseStore> LeaseServiceImpl<S> {
+    pub(super) fn acquire_stream(
+        &self,
+        request: AcquireRequest,
+    ) -> Result<Response<ResponseStream<AcquireResponse>>, Status> {
+        let request = self.limits.acquire_request(
+            &request.name,
+            request.holder,
+            request.ttl_ms,
+            request.wait_ms,
+        )?;
+        let name = request.name.clone();
+        let events =
+            crate::lease::waiting::acquire(self.store.clone(), request, self.shutdown.clone());
+        let responses = ReceiverStream::new(events).map(move |event| {
+            event
+                .map(|event| to_response(&name, event))
+                .map_err(Status::from)
+        });
+        Ok(Response::new(Box::pin(responses)))
+    }
+}
+
+fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
+    let result = match event {
+        AcquireEvent::Granted(grant) => {
+            tracing::info!(rpc = "Acquire", %name, fencing_token = grant.fencing_token, ttl_ms = grant.ttl_ms, "granted");
+            acquire_response::Result::Granted(Granted {
+                name: name.to_string(),
+                lease_id: grant.lease_id.expose().to_owned(),
+                fencing_token: grant.fencing_token,
+                ttl_ms: grant.ttl_ms,
+                expires_at: Some(proto::timestamp_from_unix_ms(grant.expires_at_ms)),
+            })
+        }
+        AcquireEvent::Waiting(holder) => {
+            tracing::debug!(rpc = "Acquire", %name, holder_token = holder.fencing_token, "waiting");
+            let (holder, fencing_token, remaining_ms) = holder_fields(holder);
+            acquire_response::Result::Waiting(Waiting {
+                holder,
+                fencing_token,
+                remaining_ms,
+            })
+        }
+        AcquireEvent::NotGranted(holder) => {
+            tracing::info!(rpc = "Acquire", %name, holder_token = holder.fencing_token, "not granted");
+            let (holder, fencing_token, remaining_ms) = holder_fields(holder);
+            acquire_response::Result::NotGranted(NotGranted {
+                holder,
+                fencing_token,
+                remaining_ms,
+            })
+        }
+    };
+    AcquireResponse {
+        result: Some(result),
+    }
+}
+
+fn holder_fields(holder: HolderInfo) -> (String, u64, i64) {
+    (holder.holder, holder.fencing_token, holder.remaining_ms)
+}

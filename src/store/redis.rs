@@ -1,0 +1,359 @@
+//! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
+//! keys of a lease share one hash tag, time comes from Redis `TIME`, and releases are published
+//! so that waiters on every `leased` replica wake at once.
+
+use std::{sync::Arc, time::Duration};
+
+use fred::{
+    clients::SubscriberClient,
+    prelude::{
+        Builder, ClientLike, Config, Error as RedisError, EventInterface, Pool, PubsubInterface,
+        ReconnectPolicy, Value,
+    },
+    types::scripts::Script,
+};
+use tokio::task::JoinHandle;
+
+use crate::{
+    error::{Error, Result},
+    lease::{
+        AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, LostReason,
+        ReleaseWatchers, RenewOutcome,
+    },
+};
+
+/// The fence counter outlives leases by at least this long, so that tokens usually come from the
+/// counter; if it expires anyway, the clock floor in `acquire.lua` keeps tokens increasing.
+const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How to reach Redis and how long to wait for it.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// `redis://`, `rediss://`, `redis-sentinel://` or `redis-cluster://` URL.
+    pub url: String,
+    /// Every command fails with `UNAVAILABLE` after this long (default 2 s).
+    pub command_timeout: Duration,
+    /// Connections used for commands; each one pipelines many concurrent requests.
+    pub pool_size: usize,
+    /// Prepended to every key, e.g. `leased:`.
+    pub key_prefix: String,
+    /// Refuse more concurrent waiters than this on one name.
+    pub max_waiters_per_name: usize,
+}
+
+/// The four Lua scripts, one per atomic operation.
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    describe: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: Script::from_lua(include_str!("scripts/acquire.lua")),
+            renew: Script::from_lua(include_str!("scripts/renew.lua")),
+            release: Script::from_lua(include_str!("scripts/release.lua")),
+            describe: Script::from_lua(include_str!("scripts/describe.lua")),
+        }
+    }
+}
+
+/// A [`LeaseStore`] on Redis, shared by any number of `leased` replicas.
+pub struct RedisStore {
+    pool: Pool,
+    subscriber: SubscriberClient,
+    scripts: Scripts,
+    key_prefix: String,
+    release_channel: String,
+    watchers: Arc<ReleaseWatchers>,
+    background: Vec<JoinHandle<()>>,
+}
+
+/// The keys of one lease, all under the hash tag `{name}` so that every script touches one slot.
+struct LeaseKeys {
+    lease: String,
+    owner: String,
+    fence: String,
+}
+
+impl RedisStore {
+    /// Starts connecting to Redis and returns at once: until Redis answers, requests fail with
+    /// `UNAVAILABLE` after the command timeout and [`LeaseStore::ping`] fails. Reconnects forever.
+    pub fn connect(options: &RedisOptions) -> Result<Self> {
+        let config = Config::from_url(&options.url)
+            .map_err(|e| Error::invalid("redis-url", e.details().to_string()))?;
+        let mut builder = Builder::from_config(config);
+        builder
+            .with_performance_config(|performance| {
+                // fred ignores per-call timeouts on EVALSHA; this default applies to every command.
+                performance.default_command_timeout = options.command_timeout;
+                performance.broadcast_channel_capacity = 4096;
+            })
+            .with_connection_config(|connection| {
+                connection.connection_timeout = options.command_timeout;
+                connection.internal_command_timeout = options.command_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_constant(0, 250));
+        let redis_error = |e: RedisError| Error::invalid("redis-url", e.details().to_string());
+        let pool = builder
+            .build_pool(options.pool_size.max(1))
+            .map_err(redis_error)?;
+        let subscriber = builder.build_subscriber_client().map_err(redis_error)?;
+
+        let release_channel = format!("{}released", options.key_prefix);
+        let watchers = Arc::new(ReleaseWatchers::new(options.max_waiters_per_name));
+        let background = vec![
+            tokio::spawn(resubscribe_on_connect(
+                subscriber.clone(),
+                release_channel.clone(),
+                watchers.clone(),
+            )),
+            tokio::spawn(wake_waiters_on_release(
+                subscriber.clone(),
+                watchers.clone(),
+            )),
+        ];
+        // Both subscriptions above exist before the first connection, so none of its events is missed.
+        drop(pool.connect_pool());
+        drop(subscriber.connect());
+
+        Ok(RedisStore {
+            pool,
+            subscriber,
+            scripts: Scripts::new(),
+            key_prefix: options.key_prefix.clone(),
+            release_channel,
+            watchers,
+            background,
+        })
+    }
+
+    fn keys(&self, name: &LeaseName) -> LeaseKeys {
+        let lease = format!("{}{{{}}}", self.key_prefix, name);
+        LeaseKeys {
+            owner: format!("{lease}:owner"),
+            fence: format!("{lease}:fence"),
+            lease,
+        }
+    }
+
+    async fn run(&self, script: &Script, keys: Vec<String>, args: Vec<String>) -> Result<Value> {
+        script
+            .evalsha_with_reload(self.pool.next(), keys, args)
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()))
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        for task in &self.background {
+            task.abort();
+        }
+    }
+}
+
+/// (Re)subscribes to the release channel on every connection of the subscriber, and wakes every
+/// waiter: releases published while the subscriber was away were missed.
+async fn resubscribe_on_connect(
+    subscriber: SubscriberClient,
+    channel: String,
+    watchers: Arc<ReleaseWatchers>,
+) {
+    let mut reconnects = subscriber.reconnect_rx();
+    while reconnects.recv().await.is_ok() {
+        match subscriber.subscribe(channel.as_str()).await {
+            Ok(()) => tracing::info!(%channel, "subscribed to lease releases"),
+            Err(error) => tracing::warn!(%channel, %error, "could not subscribe to lease releases"),
+        }
+        watchers.notify_all();
+    }
+}
+
+/// Wakes the local waiters of each lease named in a release message.
+async fn wake_waiters_on_release(subscriber: SubscriberClient, watchers: Arc<ReleaseWatchers>) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut messages = subscriber.message_rx();
+    loop {
+        match messages.recv().await {
+            Ok(message) => {
+                if let Some(name) = message.value.as_str() {
+                    watchers.notify(&name);
+                }
+            }
+            // We fell behind and lost some names: wake everyone to re-check.
+            Err(RecvError::Lagged(_)) => watchers.notify_all(),
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+impl LeaseStore for RedisStore {
+    async fn try_acquire(
+        &self,
+        name: &LeaseName,
+        holder: &str,
+        ttl: Duration,
+        lease_id: &LeaseId,
+    ) -> Result<AcquireOutcome> {
+        let keys = self.keys(name);
+        let ttl_ms = ttl.as_millis() as u64;
+        let fence_ttl_ms = MIN_FENCE_TTL.max(ttl * 2).as_millis() as u64;
+        let reply = self
+            .run(
+                &self.scripts.acquire,
+                vec![keys.lease, keys.owner, keys.fence],
+                vec![
+                    lease_id.expose().to_owned(),
+                    holder.to_owned(),
+                    ttl_ms.to_string(),
+                    fence_ttl_ms.to_string(),
+                ],
+            )
+            .await?;
+        let reply = Reply::new(reply, "acquire")?;
+        if reply.int(0)? == 1 {
+            Ok(AcquireOutcome::Granted(Grant {
+                lease_id: lease_id.clone(),
+                fencing_token: reply.token(1)?,
+                ttl_ms: reply.int(2)?,
+                expires_at_ms: reply.int(3)?,
+            }))
+        } else {
+            Ok(AcquireOutcome::Busy(reply.holder_info(1)?))
+        }
+    }
+
+    async fn renew(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+        ttl: Option<Duration>,
+    ) -> Result<RenewOutcome> {
+        let keys = self.keys(name);
+        let ttl_ms = ttl.map_or(0, |ttl| ttl.as_millis() as u64);
+        let reply = self
+            .run(
+                &self.scripts.renew,
+                vec![keys.lease, keys.owner],
+                vec![lease_id.expose().to_owned(), ttl_ms.to_string()],
+            )
+            .await?;
+        let reply = Reply::new(reply, "renew")?;
+        if reply.int(0)? == 1 {
+            return Ok(RenewOutcome::Renewed {
+                fencing_token: reply.token(1)?,
+                ttl_ms: reply.int(2)?,
+                expires_at_ms: reply.int(3)?,
+            });
+        }
+        Ok(RenewOutcome::Lost(match reply.string(1)?.as_str() {
+            "taken" => LostReason::HeldByAnother,
+            _ => LostReason::ExpiredOrReleased,
+        }))
+    }
+
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                &self.scripts.release,
+                vec![keys.lease, keys.owner],
+                vec![
+                    lease_id.expose().to_owned(),
+                    self.release_channel.clone(),
+                    name.as_str().to_owned(),
+                ],
+            )
+            .await?;
+        match reply.as_i64() {
+            Some(released) => Ok(released == 1),
+            None => Err(Error::Internal(format!("release.lua replied {reply:?}"))),
+        }
+    }
+
+    async fn describe(&self, name: &LeaseName) -> Result<Option<HolderInfo>> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(&self.scripts.describe, vec![keys.lease, keys.owner], vec![])
+            .await?;
+        let reply = Reply::new(reply, "describe")?;
+        match reply.int(0)? {
+            1 => Ok(Some(reply.holder_info(1)?)),
+            _ => Ok(None),
+        }
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.pool
+            .next()
+            .ping::<()>(None)
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()))?;
+        // Waiters depend on the release subscription: not healthy without it.
+        if !self.subscriber.is_connected() {
+            return Err(Error::Unavailable(
+                "release subscriber not connected".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn release_watchers(&self) -> &ReleaseWatchers {
+        &self.watchers
+    }
+}
+
+/// A script's array reply, read field by field with errors that name the script.
+struct Reply {
+    script: &'static str,
+    fields: Vec<Value>,
+}
+
+impl Reply {
+    fn new(reply: Value, script: &'static str) -> Result<Self> {
+        match reply {
+            Value::Array(fields) if !fields.is_empty() => Ok(Reply { script, fields }),
+            other => Err(Error::Internal(format!("{script}.lua replied {other:?}"))),
+        }
+    }
+
+    fn field(&self, index: usize) -> Result<&Value> {
+        self.fields.get(index).ok_or_else(|| {
+            Error::Internal(format!("{}.lua reply has no field {index}", self.script))
+        })
+    }
+
+    fn int(&self, index: usize) -> Result<i64> {
+        let field = self.field(index)?;
+        field.as_i64().ok_or_else(|| {
+            Error::Internal(format!("{}.lua field {index} is {field:?}", self.script))
+        })
+    }
+
+    fn token(&self, index: usize) -> Result<u64> {
+        let token = self.int(index)?;
+        u64::try_from(token)
+            .map_err(|_| Error::Internal(format!("{}.lua token {token}", self.script)))
+    }
+
+    fn string(&self, index: usize) -> Result<String> {
+        let field = self.field(index)?;
+        field.as_string().ok_or_else(|| {
+            Error::Internal(format!("{}.lua field {index} is {field:?}", self.script))
+        })
+    }
+
+    /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`.
+    fn holder_info(&self, index: usize) -> Result<HolderInfo> {
+        let expires_at_ms = self.int(index + 3)?;
+        Ok(HolderInfo {
+            holder: self.string(index)?,
+            fencing_token: self.token(index + 1)?,
+            remaining_ms: self.int(index + 2)?,
+            expires_at_ms: (expires_at_ms >= 0).then_some(expires_at_ms),
+        })
+    }
+}
