@@ -43,6 +43,8 @@ struct HeldLease {
     fencing_token: u64,
     ttl: Duration,
     expires_at: Instant,
+    /// The same moment as `expires_at`, in Unix milliseconds, for replies.
+    expires_at_unix_ms: i64,
 }
 
 impl HeldLease {
@@ -56,7 +58,7 @@ impl HeldLease {
             holder: self.holder.clone(),
             fencing_token: self.fencing_token,
             remaining_ms,
-            expires_at_ms: Some(unix_millis_after(remaining_ms)),
+            expires_at_ms: Some(self.expires_at_unix_ms),
         }
     }
 }
@@ -109,13 +111,15 @@ impl LeaseStore for MemoryStore {
                     lease_id: lease_id.clone(),
                     fencing_token: current.fencing_token,
                     ttl_ms: current.ttl.as_millis() as i64,
-                    expires_at_ms: current.info(now).expires_at_ms.unwrap_or_default(),
+                    expires_at_ms: current.expires_at_unix_ms,
                 }));
             }
             return Ok(AcquireOutcome::Busy(current.info(now)));
         }
         let fencing_token = (state.last_token + 1).max(unix_micros());
         state.last_token = fencing_token;
+        let ttl_ms = ttl.as_millis() as i64;
+        let expires_at_unix_ms = unix_millis_after(ttl_ms);
         state.leases.insert(
             name.as_str().to_owned(),
             HeldLease {
@@ -124,13 +128,14 @@ impl LeaseStore for MemoryStore {
                 fencing_token,
                 ttl,
                 expires_at: now + ttl,
+                expires_at_unix_ms,
             },
         );
         Ok(AcquireOutcome::Granted(Grant {
             lease_id: lease_id.clone(),
             fencing_token,
-            ttl_ms: ttl.as_millis() as i64,
-            expires_at_ms: unix_millis_after(ttl.as_millis() as i64),
+            ttl_ms,
+            expires_at_ms: expires_at_unix_ms,
         }))
     }
 
@@ -155,12 +160,13 @@ impl LeaseStore for MemoryStore {
         if let Some(ttl) = ttl {
             lease.ttl = ttl;
         }
-        lease.expires_at = now + lease.ttl;
         let ttl_ms = lease.ttl.as_millis() as i64;
+        lease.expires_at = now + lease.ttl;
+        lease.expires_at_unix_ms = unix_millis_after(ttl_ms);
         Ok(RenewOutcome::Renewed {
             fencing_token: lease.fencing_token,
             ttl_ms,
-            expires_at_ms: unix_millis_after(ttl_ms),
+            expires_at_ms: lease.expires_at_unix_ms,
         })
     }
 

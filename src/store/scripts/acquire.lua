@@ -37,7 +37,8 @@ if not redis.call('SET', KEYS[1], expiry, 'NX', 'PX', ttl_ms) then
   else
     local remaining_ms, holder_expires_at_ms = -1, -1
     if pttl >= 0 then
-      remaining_ms, holder_expires_at_ms = pttl, now_ms + pttl
+      -- The value is the expiry leased wrote; a key written by others may hold anything.
+      remaining_ms, holder_expires_at_ms = pttl, current_ms or (now_ms + pttl)
     elseif current_ms then
       remaining_ms, holder_expires_at_ms = current_ms - now_ms, current_ms
     end

@@ -14,7 +14,8 @@ local pttl = redis.call('PTTL', KEYS[1])
 local current_ms = tonumber(current)
 local remaining_ms, expires_at_ms = -1, -1
 if pttl >= 0 then
-  remaining_ms, expires_at_ms = pttl, now_ms + pttl
+  -- The value is the expiry leased wrote; a key written by others may hold anything.
+  remaining_ms, expires_at_ms = pttl, current_ms or (now_ms + pttl)
 elseif current_ms then
   if current_ms < now_ms then
     -- An expired timestamp with no TTL: free, acquire takes it over.

@@ -1,0 +1,422 @@
+//! Test harness: real processes on loopback, cleaned up on drop.
+//! - [`RedisServer`]: a `redis-server` on an ephemeral port, which tests can kill, restart or pause.
+//! - [`Leased`]: a `leased` server, in this process (on either store) or as a child process.
+//! - gRPC helpers that drive the server the way a generated client would.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use leased::{
+    config::{LogFormat, ServeConfig},
+    proto::{
+        AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, Granted,
+        ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
+        lease_service_client::LeaseServiceClient,
+    },
+    shutdown::{Shutdown, ShutdownTrigger},
+};
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("no free port")
+        .port()
+}
+
+/// Polls `ready` every 20 ms until it holds or `timeout` passes; panics with `what` on timeout.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A real `redis-server` without persistence on 127.0.0.1 and an ephemeral port.
+pub struct RedisServer {
+    pub port: u16,
+    process: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let mut server = RedisServer {
+            port: free_port(),
+            process: None,
+        };
+        server.spawn();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed (apt-get install redis-server)");
+        self.process = Some(child);
+        wait_until(
+            "redis-server to answer PING",
+            Duration::from_secs(10),
+            || {
+                self.try_command(&["PING"])
+                    .is_ok_and(|reply| reply == "+PONG")
+            },
+        );
+    }
+
+    /// Sends one command and returns the first line of the reply (e.g. `+OK`, `:1`, `$5`).
+    pub fn command(&self, args: &[&str]) -> String {
+        self.try_command(args).expect("redis command failed")
+    }
+
+    fn try_command(&self, args: &[&str]) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes())?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line)?;
+        Ok(line.trim_end().to_owned())
+    }
+
+    /// SIGKILL: all data is lost (no persistence).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A fresh, empty redis-server on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGSTOP: the TCP connections stay up but nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self
+            .process
+            .as_ref()
+            .expect("redis-server not running")
+            .id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill failed");
+        assert!(status.success());
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.resume_if_paused();
+        self.kill();
+    }
+}
+
+impl RedisServer {
+    fn resume_if_paused(&self) {
+        if let Some(child) = &self.process {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+        }
+    }
+}
+
+/// Settings for tests: short Redis timeout so that fault tests run fast.
+pub fn test_config(redis_url: Option<String>) -> ServeConfig {
+    ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        redis_url,
+        max_ttl: Duration::from_secs(24 * 3600),
+        max_wait: Duration::from_secs(600),
+        redis_timeout: Duration::from_secs(1),
+        redis_pool_size: 2,
+        key_prefix: "leased:".into(),
+        max_concurrent_streams: 1024,
+        max_waiters_per_name: 1024,
+        max_leases_per_stream: 1024,
+        max_message_bytes: 16 * 1024,
+        drain_grace: Duration::from_secs(5),
+        log_format: LogFormat::Text,
+    }
+}
+
+/// A running `leased`: in this process, or a child process of the real binary.
+pub struct Leased {
+    pub address: SocketAddr,
+    trigger: Option<ShutdownTrigger>,
+    process: Option<Child>,
+}
+
+impl Leased {
+    /// In this process, on Redis if `redis_url` is set, else on the embedded store.
+    pub async fn start(redis_url: Option<String>) -> Self {
+        Self::start_with(test_config(redis_url)).await
+    }
+
+    pub async fn start_with(config: ServeConfig) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (trigger, shutdown): (ShutdownTrigger, Shutdown) = leased::shutdown::channel();
+        tokio::spawn(async move {
+            if let Err(error) = leased::serve(config, listener, shutdown).await {
+                panic!("leased failed: {error}");
+            }
+        });
+        let server = Leased {
+            address,
+            trigger: Some(trigger),
+            process: None,
+        };
+        server.wait_serving().await;
+        server
+    }
+
+    /// The real `leased` binary as a child process, with extra flags.
+    pub async fn spawn_process(redis_url: &str, extra_args: &[&str]) -> Self {
+        let port = free_port();
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_leased"))
+            .args([
+                "serve",
+                "--listen",
+                &address.to_string(),
+                "--redis-url",
+                redis_url,
+            ])
+            .args(["--redis-timeout", "1s"])
+            .args(extra_args)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("cannot start leased");
+        let server = Leased {
+            address,
+            trigger: None,
+            process: Some(child),
+        };
+        server.wait_serving().await;
+        server
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    pub async fn client(&self) -> LeaseServiceClient<Channel> {
+        LeaseServiceClient::connect(self.endpoint())
+            .await
+            .expect("cannot connect to leased")
+    }
+
+    /// The overall `grpc.health.v1` status, or None if the server does not answer.
+    pub async fn health(&self) -> Option<i32> {
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let channel = Channel::from_shared(self.endpoint())
+            .ok()?
+            .connect()
+            .await
+            .ok()?;
+        let reply = HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .ok()?;
+        Some(reply.into_inner().status)
+    }
+
+    /// Waits (up to 20 s) until health reports SERVING.
+    pub async fn wait_serving(&self) {
+        self.wait_health(tonic_health::pb::health_check_response::ServingStatus::Serving as i32)
+            .await;
+    }
+
+    pub async fn wait_health(&self, status: i32) {
+        let start = Instant::now();
+        while self.health().await != Some(status) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "leased never reported health status {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The child process, for tests that signal it.
+    pub fn process(&mut self) -> &mut Child {
+        self.process.as_mut().expect("not a child process")
+    }
+
+    /// Starts the drain of an in-process server.
+    pub fn shut_down(&mut self) {
+        if let Some(trigger) = self.trigger.take() {
+            trigger.fire();
+        }
+    }
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        self.shut_down();
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Every message of one `Acquire` call (the stream ends after the terminal message).
+pub async fn acquire_all(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    holder: &str,
+    ttl_ms: i64,
+    wait_ms: i64,
+) -> Result<Vec<acquire_response::Result>, tonic::Status> {
+    let mut stream = client
+        .acquire(AcquireRequest {
+            name: name.into(),
+            holder: holder.into(),
+            ttl_ms,
+            wait_ms,
+        })
+        .await?
+        .into_inner();
+    let mut messages = Vec::new();
+    while let Some(message) = stream.next().await {
+        let AcquireResponse { result } = message?;
+        messages.push(result.expect("AcquireResponse without a result"));
+    }
+    Ok(messages)
+}
+
+/// Acquire's terminal result: `Some(granted)` or `None` for not_granted. Panics on a malformed stream.
+pub async fn acquire(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    ttl_ms: i64,
+    wait_ms: i64,
+) -> Result<Option<Granted>, tonic::Status> {
+    let messages = acquire_all(client, name, "test", ttl_ms, wait_ms).await?;
+    let (last, before) = messages
+        .split_last()
+        .expect("Acquire stream ended without a terminal message");
+    assert!(
+        before
+            .iter()
+            .all(|m| matches!(m, acquire_response::Result::Waiting(_))),
+        "only waiting may precede the terminal message: {messages:?}"
+    );
+    match last {
+        acquire_response::Result::Granted(granted) => Ok(Some(granted.clone())),
+        acquire_response::Result::NotGranted(_) => Ok(None),
+        acquire_response::Result::Waiting(_) => panic!("stream ended on waiting: {messages:?}"),
+    }
+}
+
+/// Acquire that must be granted.
+pub async fn must_acquire(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    ttl_ms: i64,
+) -> Granted {
+    acquire(client, name, ttl_ms, 0)
+        .await
+        .expect("Acquire failed")
+        .expect("lease unexpectedly busy")
+}
+
+pub async fn release(client: &mut LeaseServiceClient<Channel>, granted: &Granted) -> bool {
+    client
+        .release(ReleaseRequest {
+            name: granted.name.clone(),
+            lease_id: granted.lease_id.clone(),
+        })
+        .await
+        .expect("Release failed")
+        .into_inner()
+        .released
+}
+
+pub async fn describe(client: &mut LeaseServiceClient<Channel>, name: &str) -> DescribeResponse {
+    client
+        .describe(DescribeRequest { name: name.into() })
+        .await
+        .expect("Describe failed")
+        .into_inner()
+}
+
+/// One renewal over a fresh Renew stream.
+pub async fn renew_once(
+    client: &mut LeaseServiceClient<Channel>,
+    granted: &Granted,
+    ttl_ms: i64,
+) -> Result<RenewResponse, tonic::Status> {
+    let request = RenewRequest {
+        name: granted.name.clone(),
+        lease_id: granted.lease_id.clone(),
+        ttl_ms,
+    };
+    let mut responses = client
+        .renew(tokio_stream::iter([request]))
+        .await?
+        .into_inner();
+    responses
+        .next()
+        .await
+        .expect("Renew stream ended without an answer")
+}
+
+/// A resource protected by fencing tokens: it keeps the highest token per name and rejects
+/// writes with a lower one, as a database or object store guarded by leased would.
+#[derive(Default)]
+pub struct FencedResource {
+    highest: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl FencedResource {
+    /// Accepts the write if `token` is at least the highest seen for `name`.
+    pub fn write(&self, name: &str, token: u64) -> bool {
+        let mut highest = self.highest.lock().unwrap();
+        let entry = highest.entry(name.to_owned()).or_insert(0);
+        if token < *entry {
+            return false;
+        }
+        *entry = token;
+        true
+    }
+}

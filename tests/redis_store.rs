@@ -1,0 +1,297 @@
+//! Behaviour that only the Redis store has: several `leased` processes on one Redis, Redis
+//! faults (killed, restarted, paused, flushed), tokens across data loss, the classic-lock takeover,
+//! and the drain on SIGTERM of the real binary.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use leased::proto::{AcquireRequest, RenewRequest, acquire_response};
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+/// A waiter on one `leased` process is granted within milliseconds of a release made through a
+/// second `leased` process (the real binary) on the same Redis: the wake-up crosses replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_on_one_replica_wakes_on_release_through_another() {
+    let redis = RedisServer::start();
+    let replica_a = Leased::start(Some(redis.url())).await;
+    let replica_b = Leased::spawn_process(&redis.url(), &[]).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+
+    let mut handoffs = Vec::new();
+    for _ in 0..10 {
+        let held = must_acquire(&mut client_b, "cross-replica", 30_000).await;
+        let mut stream = client_a
+            .acquire(AcquireRequest {
+                name: "cross-replica".into(),
+                holder: "on-a".into(),
+                ttl_ms: 30_000,
+                wait_ms: 20_000,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = stream.next().await.unwrap().unwrap().result.unwrap();
+        assert!(
+            matches!(first, acquire_response::Result::Waiting(_)),
+            "{first:?}"
+        );
+        assert!(release(&mut client_b, &held).await);
+        let released_at = Instant::now();
+        let terminal = stream.next().await.unwrap().unwrap().result.unwrap();
+        handoffs.push(released_at.elapsed());
+        let acquire_response::Result::Granted(granted) = terminal else {
+            panic!("expected granted, got {terminal:?}");
+        };
+        assert!(release(&mut client_a, &granted).await);
+    }
+    handoffs.sort();
+    println!(
+        "cross-replica handoff: median {:?}, max {:?}",
+        handoffs[5], handoffs[9]
+    );
+    assert!(handoffs[5] < Duration::from_millis(250), "{handoffs:?}");
+}
+
+/// Redis killed: calls fail with UNAVAILABLE within the timeout (never a grant), health goes
+/// NOT_SERVING; Redis restarted empty: the server recovers by itself and tokens keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_then_restarted() {
+    let mut redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut client = server.client().await;
+    let before = must_acquire(&mut client, "survivor", 60_000).await;
+
+    redis.kill();
+    let start = Instant::now();
+    let status = acquire(&mut client, "during-outage", 5_000, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
+    let status = client
+        .describe(leased::proto::DescribeRequest {
+            name: "survivor".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    server.wait_health(NOT_SERVING).await;
+
+    redis.restart();
+    server.wait_serving().await;
+    let after = must_acquire(&mut client, "survivor", 5_000).await;
+    assert!(
+        after.fencing_token > before.fencing_token,
+        "token went backwards after Redis lost its data: {} then {}",
+        before.fencing_token,
+        after.fencing_token
+    );
+}
+
+/// Redis paused with SIGSTOP: calls answer UNAVAILABLE within the timeout, a busy lease is never
+/// granted to someone else, and after SIGCONT everything answers again. A grant that Redis made
+/// after the caller had been told UNAVAILABLE is released by the server in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_paused_with_sigstop() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut holder = server.client().await;
+    let mut other = server.client().await;
+    let held = must_acquire(&mut holder, "held-through-pause", 60_000).await;
+
+    redis.pause();
+    let start = Instant::now();
+    let status = acquire(&mut other, "held-through-pause", 5_000, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
+    let status = acquire(&mut other, "asked-during-pause", 60_000, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    server.wait_health(NOT_SERVING).await;
+    redis.resume();
+    server.wait_serving().await;
+
+    assert_eq!(
+        acquire(&mut other, "held-through-pause", 5_000, 0)
+            .await
+            .unwrap(),
+        None,
+        "the lease held before the pause is still busy"
+    );
+    let renewed = renew_once(&mut holder, &held, 0).await.unwrap();
+    assert!(
+        matches!(
+            renewed.result,
+            Some(leased::proto::renew_response::Result::Renewed(_))
+        ),
+        "{renewed:?}"
+    );
+    // Redis ran the queued acquire of "asked-during-pause" when it resumed; nobody was told of
+    // that grant, so the server releases it rather than leave it held for its 60 s TTL.
+    let start = Instant::now();
+    while describe(&mut other, "asked-during-pause").await.held {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "unconfirmed grant never released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    must_acquire(&mut other, "asked-during-pause", 5_000).await;
+}
+
+/// Tokens keep increasing after FLUSHALL, whether the lease was released or still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_after_flushall() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut client = server.client().await;
+    let mut previous = 0;
+    for round in 0..5 {
+        let granted = must_acquire(&mut client, "flushed", 60_000).await;
+        assert!(granted.fencing_token > previous, "round {round}");
+        previous = granted.fencing_token;
+        if round % 2 == 0 {
+            assert!(release(&mut client, &granted).await);
+        }
+        assert_eq!(redis.command(&["FLUSHALL"]), "+OK");
+    }
+}
+
+/// Tokens keep increasing across a Redis restart without persistence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_after_redis_restart() {
+    let mut redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut client = server.client().await;
+    let mut previous = 0;
+    for _ in 0..3 {
+        for _ in 0..3 {
+            let granted = must_acquire(&mut client, "restarted", 60_000).await;
+            assert!(granted.fencing_token > previous);
+            previous = granted.fencing_token;
+            assert!(release(&mut client, &granted).await);
+        }
+        redis.restart();
+        server.wait_serving().await;
+    }
+}
+
+/// A classic SETNX lock left by a crashed client (an expiry timestamp in the past, no TTL) is
+/// taken over; one whose timestamp is still in the future is busy until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_timestamp_key_without_ttl_is_taken_over() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut client = server.client().await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+
+    let stale = (now_ms - 10_000).to_string();
+    assert_eq!(redis.command(&["SET", "leased:{legacy}", &stale]), "+OK");
+    let granted = must_acquire(&mut client, "legacy", 5_000).await;
+    let pttl = redis.command(&["PTTL", "leased:{legacy}"]);
+    let pttl: i64 = pttl.trim_start_matches(':').parse().unwrap();
+    assert!(
+        (1..=5_000).contains(&pttl),
+        "the taken-over key has the new TTL: {pttl}"
+    );
+    assert!(release(&mut client, &granted).await);
+
+    let future = (now_ms + 60_000).to_string();
+    assert_eq!(redis.command(&["SET", "leased:{legacy}", &future]), "+OK");
+    let messages = acquire_all(&mut client, "legacy", "x", 5_000, 0)
+        .await
+        .unwrap();
+    let [acquire_response::Result::NotGranted(busy)] = messages.as_slice() else {
+        panic!("{messages:?}");
+    };
+    assert!((50_000..=60_000).contains(&busy.remaining_ms), "{busy:?}");
+    assert!(describe(&mut client, "legacy").await.held);
+}
+
+/// SIGTERM to the real binary: health turns NOT_SERVING, waiters and Renew streams end with
+/// UNAVAILABLE, and the process exits 0 within the drain grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_open_streams_and_exits_zero() {
+    let redis = RedisServer::start();
+    let mut server = Leased::spawn_process(&redis.url(), &["--drain-grace", "5s"]).await;
+    let mut client = server.client().await;
+    let held = must_acquire(&mut client, "draining", 60_000).await;
+
+    let mut waiter = client
+        .acquire(AcquireRequest {
+            name: "draining".into(),
+            holder: "waiter".into(),
+            ttl_ms: 5_000,
+            wait_ms: 60_000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(
+        waiter.next().await.unwrap().unwrap().result,
+        Some(acquire_response::Result::Waiting(_))
+    ));
+    let (renewals, receiver) = tokio::sync::mpsc::channel(1);
+    let mut renew_stream = client
+        .renew(tokio_stream::wrappers::ReceiverStream::new(receiver))
+        .await
+        .unwrap()
+        .into_inner();
+    renewals
+        .send(RenewRequest {
+            name: held.name.clone(),
+            lease_id: held.lease_id.clone(),
+            ttl_ms: 0,
+        })
+        .await
+        .unwrap();
+    assert!(renew_stream.next().await.unwrap().is_ok());
+
+    let pid = server.process().id();
+    let signalled_at = Instant::now();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let status = waiter.next().await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let status = renew_stream.next().await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+
+    let exit = loop {
+        if let Some(exit) = server.process().try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            signalled_at.elapsed() < Duration::from_secs(8),
+            "did not exit within the grace"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "exit status {exit:?}");
+    drop(renewals);
+}
