@@ -5,9 +5,13 @@
 //!   waiting policy of `Acquire`.
 //! - [`store`]: the Redis store (one Lua script per atomic operation) and the embedded store.
 //! - [`server`]: the tonic server: handlers, health, reflection, drain on shutdown.
+//! - [`client`]: the Rust client: `LeaseClient` and the self-renewing `LeaseGuard`.
+//! - [`cli`]: the client subcommands of the `leased` binary (`acquire`, `run`, ...).
 //! - [`config`]: `leased serve` flags and environment variables.
 //! - [`error`]: the one error type and its mapping to gRPC status codes.
 
+pub mod cli;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod lease;

@@ -1,36 +1,31 @@
 //! The `leased` binary: parses flags, starts logging, and hands over to the library.
 
-use clap::{Parser, Subcommand};
-use leased::config::{LogFormat, ServeConfig};
+use std::process::ExitCode;
+
+use clap::Parser;
+use leased::{
+    cli::{Cli, Command},
+    config::{LogFormat, ServeConfig},
+};
 use tracing_subscriber::EnvFilter;
 
-/// leased: a gRPC lease service with fencing tokens.
-#[derive(Parser, Debug)]
-#[command(version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Serve lease.v1.LeaseService over gRPC (on Redis with --redis-url, else in-process).
-    Serve(ServeConfig),
-}
-
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+async fn main() -> ExitCode {
+    match Cli::parse().command {
         Command::Serve(config) => {
-            init_logging(config.log_format);
+            init_logging(config.log_format, "info");
             match serve(config).await {
-                Ok(()) => std::process::ExitCode::SUCCESS,
+                Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(%error, "leased failed");
-                    std::process::ExitCode::FAILURE
+                    ExitCode::FAILURE
                 }
             }
+        }
+        client_command => {
+            // Client subcommands print their results; only warnings go to the log.
+            init_logging(LogFormat::Text, "warn");
+            leased::cli::run_client(client_command).await
         }
     }
 }
@@ -44,7 +39,7 @@ async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error + Se
         wait_for_termination().await;
         tracing::info!("termination signal received");
         trigger.fire();
-        // Keep the trigger alive: dropping it is also a shutdown, which is fine here.
+        // Keep the trigger alive: the server is draining.
         std::future::pending::<()>().await;
     });
     leased::serve(config, listener, shutdown).await
@@ -60,9 +55,12 @@ async fn wait_for_termination() {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
