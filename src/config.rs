@@ -1,10 +1,14 @@
 //! `leased serve` settings: flags, environment variables, and their documented defaults.
 
-use std::{net::SocketAddr, time::Duration};
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use clap::{Args, ValueEnum};
 
-use crate::{lease::Limits, server::ServerOptions, store::RedisOptions};
+use crate::{
+    lease::Limits,
+    server::{ServerOptions, TlsFiles, auth::Authenticator},
+    store::RedisOptions,
+};
 
 /// Settings of `leased serve`. Durations take a unit: `500ms`, `30s`, `10m`, `24h`.
 #[derive(Args, Clone, Debug)]
@@ -58,6 +62,37 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_DRAIN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_grace: Duration,
 
+    /// Serve Prometheus metrics over HTTP at /metrics on this address (off when unset).
+    #[arg(long, env = "LEASED_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Serve a plaintext grpc.health.v1 on this address too, for Kubernetes probes when the gRPC
+    /// port has TLS (off when unset).
+    #[arg(long, env = "LEASED_HEALTH_LISTEN")]
+    pub health_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain for TLS on the gRPC port (with --tls-key).
+    #[arg(long, env = "LEASED_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key for TLS on the gRPC port (with --tls-cert).
+    #[arg(long, env = "LEASED_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA bundle: clients must present a certificate it signed (mTLS). Needs --tls-cert.
+    #[arg(long, env = "LEASED_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// JSON file of bearer tokens, each allowed name prefixes and operations (access control).
+    /// Reloaded on SIGHUP.
+    #[arg(long, env = "LEASED_AUTH_TOKENS")]
+    pub auth_tokens: Option<PathBuf>,
+
+    /// Allow listening on a non-loopback address without --auth-tokens: anyone who can reach the
+    /// port can then take or release any lease.
+    #[arg(long, env = "LEASED_INSECURE_LISTEN")]
+    pub insecure_listen: bool,
+
     /// Log format; the level is set by RUST_LOG (default info).
     #[arg(long, env = "LEASED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -73,9 +108,36 @@ pub enum LogFormat {
 }
 
 impl ServeConfig {
-    /// The gRPC server's settings.
-    pub fn server_options(&self) -> ServerOptions {
-        ServerOptions {
+    /// Parses `leased serve` flags (and `LEASED_*` variables) as the binary does; for embedding
+    /// the server, e.g. in tests.
+    pub fn from_args<I: IntoIterator<Item = T>, T: Into<OsString> + Clone>(
+        args: I,
+    ) -> Result<Self, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            config: ServeConfig,
+        }
+        let args = std::iter::once(OsString::from("serve")).chain(args.into_iter().map(Into::into));
+        Ok(<Serve as clap::Parser>::try_parse_from(args)?.config)
+    }
+
+    /// The gRPC server's settings; loads the auth tokens file.
+    pub fn server_options(&self) -> Result<ServerOptions, String> {
+        let auth = match &self.auth_tokens {
+            Some(path) => Some(Arc::new(Authenticator::load(path)?)),
+            None => None,
+        };
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            (None, None) => None,
+            _ => return Err("--tls-cert and --tls-key go together".into()),
+        };
+        Ok(ServerOptions {
             limits: Limits {
                 max_ttl: self.max_ttl,
                 max_wait: self.max_wait,
@@ -84,8 +146,10 @@ impl ServeConfig {
             max_message_bytes: self.max_message_bytes,
             max_leases_per_renew_stream: self.max_leases_per_stream,
             drain_grace: self.drain_grace,
+            tls,
+            auth,
             ..ServerOptions::default()
-        }
+        })
     }
 
     /// The Redis store's settings, if a Redis URL is set.

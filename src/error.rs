@@ -14,6 +14,14 @@ pub enum Error {
     #[error("store unavailable: {0}")]
     Unavailable(String),
 
+    /// No valid bearer token (access control is on).
+    #[error("{0}")]
+    Unauthenticated(String),
+
+    /// The token may not do this operation on this lease name.
+    #[error("{0}")]
+    PermissionDenied(String),
+
     /// A server limit was reached.
     #[error("{0}")]
     ResourceExhausted(String),
@@ -48,6 +56,8 @@ impl From<Error> for Status {
                 tracing::warn!(%detail, "store unavailable");
                 Status::unavailable("lease store unavailable, retry later")
             }
+            Error::Unauthenticated(message) => Status::unauthenticated(message),
+            Error::PermissionDenied(message) => Status::permission_denied(message),
             Error::ResourceExhausted(message) => Status::resource_exhausted(message),
             Error::ShuttingDown => Status::unavailable("server is shutting down"),
             Error::Internal(detail) => {

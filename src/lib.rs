@@ -15,28 +15,52 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod lease;
+pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod shutdown;
 pub mod store;
 
+use std::sync::Arc;
+
 use tokio::net::TcpListener;
 
-use crate::{config::ServeConfig, shutdown::Shutdown, store::MemoryStore, store::RedisStore};
+use crate::{
+    config::ServeConfig,
+    server::{Listeners, auth::Authenticator},
+    shutdown::Shutdown,
+    store::{MemoryStore, RedisStore},
+};
 
 /// Runs `leased serve` on `listener` until `shutdown` fires: on Redis when a URL is configured,
-/// otherwise on the embedded store.
+/// otherwise on the embedded store. Binds the metrics and health ports if configured.
 pub async fn serve(
     config: ServeConfig,
     listener: TcpListener,
     shutdown: Shutdown,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let options = config.server_options();
+    let options = config.server_options()?;
+    let address = listener.local_addr()?;
+    if options.auth.is_none() && !address.ip().is_loopback() && !config.insecure_listen {
+        return Err(format!(
+            "refusing to listen on {address} without access control: anyone who reaches it could \
+             take or release any lease. Set --auth-tokens, or pass --insecure-listen to allow it"
+        )
+        .into());
+    }
+    if let Some(auth) = &options.auth {
+        tokio::spawn(reload_on_sighup(auth.clone()));
+    }
+    let listeners = Listeners {
+        grpc: listener,
+        health: bind(config.health_listen).await?,
+        metrics: bind(config.metrics_listen).await?,
+    };
     match config.redis_options() {
         Some(redis) => {
             tracing::info!(store = "redis", "starting");
-            let store = std::sync::Arc::new(RedisStore::connect(&redis)?);
-            server::run(store, options, listener, shutdown).await
+            let store = Arc::new(RedisStore::connect(&redis)?);
+            server::run(store, options, listeners, shutdown).await
         }
         None => {
             tracing::info!(
@@ -44,7 +68,31 @@ pub async fn serve(
                 "starting on the embedded store: leases live in this process only"
             );
             let store = MemoryStore::new(config.max_waiters_per_name);
-            server::run(store, options, listener, shutdown).await
+            server::run(store, options, listeners, shutdown).await
+        }
+    }
+}
+
+async fn bind(address: Option<std::net::SocketAddr>) -> std::io::Result<Option<TcpListener>> {
+    match address {
+        Some(address) => Ok(Some(TcpListener::bind(address).await.map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}"))
+        })?)),
+        None => Ok(None),
+    }
+}
+
+/// Re-reads the auth tokens file on every SIGHUP; open streams keep their principal.
+async fn reload_on_sighup(auth: Arc<Authenticator>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install a SIGHUP handler; auth tokens will not reload");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match auth.reload() {
+            Ok(count) => tracing::info!(tokens = count, "auth tokens reloaded"),
+            Err(error) => tracing::error!(%error, "auth tokens not reloaded; the old ones stay"),
         }
     }
 }

@@ -16,6 +16,7 @@ use tokio::{
 use super::{AcquireOutcome, AcquireRequest, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore};
 use crate::{
     error::{Error, Result},
+    metrics::metrics,
     shutdown::Shutdown,
 };
 
@@ -66,6 +67,7 @@ impl ReleaseWatchers {
                 self.max_waiters_per_name
             )));
         }
+        metrics().waiters.inc();
         Ok(ReleaseWatch {
             watchers: self,
             name: name.as_str().to_owned(),
@@ -114,6 +116,7 @@ impl ReleaseWatch<'_> {
 
 impl Drop for ReleaseWatch<'_> {
     fn drop(&mut self) {
+        metrics().waiters.dec();
         let mut by_name = self
             .watchers
             .by_name
@@ -215,7 +218,11 @@ async fn wait_for_grant<S: LeaseStore>(
             .expect("waiting implies a release watch");
         tokio::select! {
             _ = release_watch.released() => {}
-            _ = sleep_until(wake_at) => {}
+            _ = sleep_until(wake_at) => {
+                if wake_at < deadline {
+                    metrics().expiries_seen.inc();
+                }
+            }
             _ = events.closed() => return Ok(None),
             _ = shutdown.fired() => return Err(Error::ShuttingDown),
         }

@@ -3,9 +3,13 @@
 use tokio_stream::{StreamExt, wrappers::ReceiverStream};
 use tonic::{Response, Status};
 
-use super::service::{LeaseServiceImpl, ResponseStream};
+use super::{
+    auth::{Operation, Principal},
+    service::{LeaseServiceImpl, ResponseStream, authorize},
+};
 use crate::{
     lease::{HolderInfo, LeaseName, LeaseStore, waiting::AcquireEvent},
+    metrics::{StreamRecorder, metrics},
     proto::{
         self, AcquireRequest, AcquireResponse, Granted, NotGranted, Waiting, acquire_response,
     },
@@ -14,6 +18,7 @@ use crate::{
 impl<S: LeaseStore> LeaseServiceImpl<S> {
     pub(super) fn acquire_stream(
         &self,
+        principal: Option<Principal>,
         request: AcquireRequest,
     ) -> Result<Response<ResponseStream<AcquireResponse>>, Status> {
         let request = self.limits.acquire_request(
@@ -22,13 +27,24 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             request.ttl_ms,
             request.wait_ms,
         )?;
+        authorize(&principal, Operation::Acquire, &request.name)?;
         let name = request.name.clone();
         let events =
             crate::lease::waiting::acquire(self.store.clone(), request, self.shutdown.clone());
-        let responses = ReceiverStream::new(events).map(move |event| {
-            event
-                .map(|event| to_response(&name, event))
-                .map_err(Status::from)
+        // Lives as long as the response stream: records the RPC when the stream ends or is dropped.
+        let mut recorder = StreamRecorder::start("Acquire");
+        let responses = ReceiverStream::new(events).map(move |event| match event {
+            Ok(event) => {
+                if !matches!(event, AcquireEvent::Waiting(_)) {
+                    recorder.finish(tonic::Code::Ok);
+                }
+                Ok(to_response(&name, event))
+            }
+            Err(error) => {
+                let status = Status::from(error);
+                recorder.finish(status.code());
+                Err(status)
+            }
         });
         Ok(Response::new(Box::pin(responses)))
     }
@@ -37,6 +53,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
     let result = match event {
         AcquireEvent::Granted(grant) => {
+            metrics().grants.inc();
             tracing::info!(rpc = "Acquire", %name, fencing_token = grant.fencing_token, ttl_ms = grant.ttl_ms, "granted");
             acquire_response::Result::Granted(Granted {
                 name: name.to_string(),
@@ -56,6 +73,7 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
             })
         }
         AcquireEvent::NotGranted(holder) => {
+            metrics().not_granted.inc();
             tracing::info!(rpc = "Acquire", %name, holder_token = holder.fencing_token, "not granted");
             let (holder, fencing_token, remaining_ms) = holder_fields(holder);
             acquire_response::Result::NotGranted(NotGranted {

@@ -2,14 +2,18 @@
 //! keepalive, and a drain on shutdown. Handlers are thin adapters over the lease core.
 
 mod acquire;
+pub mod auth;
 mod renew;
 mod service;
 
-use std::{sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{server::NamedService, transport::Server};
+use tonic::{
+    server::NamedService,
+    transport::{Certificate, Identity, Server, ServerTlsConfig},
+};
 use tonic_health::server::HealthReporter;
 
 use crate::{
@@ -39,6 +43,44 @@ pub struct ServerOptions {
     pub keepalive_timeout: Duration,
     /// After a shutdown starts, how long in-flight calls may take before the server stops anyway.
     pub drain_grace: Duration,
+    /// TLS on the gRPC port (mTLS with a client CA); plaintext when `None`.
+    pub tls: Option<TlsFiles>,
+    /// Bearer-token access control; everyone may do anything when `None`.
+    pub auth: Option<Arc<auth::Authenticator>>,
+}
+
+/// PEM files for TLS on the gRPC port.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// With a client CA, clients must present a certificate it signed (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    fn server_config(&self) -> Result<ServerTlsConfig, String> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let mut config = ServerTlsConfig::new()
+            .identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?));
+        if let Some(client_ca) = &self.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(read(client_ca)?));
+        }
+        Ok(config)
+    }
+}
+
+/// The sockets one server serves on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// `lease.v1.LeaseService`, health and reflection.
+    pub grpc: TcpListener,
+    /// Plaintext `grpc.health.v1` only, for Kubernetes probes when the gRPC port has TLS.
+    pub health: Option<TcpListener>,
+    /// Prometheus `GET /metrics`.
+    pub metrics: Option<TcpListener>,
 }
 
 impl Default for ServerOptions {
@@ -51,6 +93,8 @@ impl Default for ServerOptions {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             drain_grace: Duration::from_secs(10),
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -60,9 +104,10 @@ impl Default for ServerOptions {
 pub async fn run<S: LeaseStore>(
     store: Arc<S>,
     options: ServerOptions,
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: Shutdown,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let listener = listeners.grpc;
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_serving::<S>(&health_reporter, false).await;
     let health_task = tokio::spawn(report_health(
@@ -76,20 +121,36 @@ pub async fn run<S: LeaseStore>(
             .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let lease_service = LeaseServiceServer::new(LeaseServiceImpl::new(
-        store,
-        options.limits.clone(),
-        options.max_leases_per_renew_stream,
-        shutdown.clone(),
-    ))
-    .max_decoding_message_size(options.max_message_bytes);
+    let lease_service =
+        LeaseServiceServer::new(LeaseServiceImpl::new(store, &options, shutdown.clone()))
+            .max_decoding_message_size(options.max_message_bytes);
+    let mut side_servers = tokio::task::JoinSet::new();
+    if let Some(listener) = listeners.metrics {
+        side_servers.spawn(crate::metrics::serve(listener, shutdown.clone()));
+    }
+    if let Some(listener) = listeners.health {
+        tracing::info!(address = %listener.local_addr()?, "health listening (plaintext)");
+        let stop = {
+            let shutdown = shutdown.clone();
+            async move { shutdown.fired().await }
+        };
+        let health_only = Server::builder()
+            .add_service(health_service.clone())
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop);
+        side_servers.spawn(async move { health_only.await.map_err(std::io::Error::other) });
+    }
+
+    let mut builder = Server::builder();
+    if let Some(tls) = &options.tls {
+        builder = builder.tls_config(tls.server_config()?)?;
+    }
 
     tracing::info!(address = %listener.local_addr()?, "leased listening");
     let stop_accepting = {
         let shutdown = shutdown.clone();
         async move { shutdown.fired().await }
     };
-    let serve = Server::builder()
+    let serve = builder
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .max_concurrent_streams(Some(options.max_concurrent_streams))
@@ -113,6 +174,7 @@ pub async fn run<S: LeaseStore>(
         }
     }
     health_task.abort();
+    side_servers.abort_all();
     tracing::info!("leased stopped");
     Ok(())
 }

@@ -6,19 +6,24 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status, Streaming};
 
-use super::service::{LeaseServiceImpl, ResponseStream};
+use super::{
+    auth::{Operation, Principal},
+    service::{LeaseServiceImpl, ResponseStream, authorize},
+};
 use crate::{
     error::{Error, Result},
     lease::{
         LeaseStore, Limits, RenewOutcome,
         limits::{parse_lease_id, parse_name},
     },
+    metrics::{KindLabels, StreamRecorder, metrics},
     proto::{self, Lost, RenewRequest, RenewResponse, Renewed, renew_response},
 };
 
 impl<S: LeaseStore> LeaseServiceImpl<S> {
     pub(super) fn renew_stream(
         &self,
+        principal: Option<Principal>,
         mut inbound: Streaming<RenewRequest>,
     ) -> Response<ResponseStream<RenewResponse>> {
         let (responses, receiver) = mpsc::channel(16);
@@ -27,21 +32,39 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let max_leases = self.max_leases_per_renew_stream;
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
+            let mut recorder = StreamRecorder::start("Renew");
             let mut leases_seen = HashSet::new();
             loop {
                 let request = tokio::select! {
                     message = inbound.message() => message,
                     _ = responses.closed() => return,
                     _ = shutdown.fired() => {
-                        let _ = responses.send(Err(Error::ShuttingDown.into())).await;
+                        let status = Status::from(Error::ShuttingDown);
+                        recorder.finish(status.code());
+                        let _ = responses.send(Err(status)).await;
                         return;
                     }
                 };
-                // `Ok(None)`: the client half-closed; `Err`: it went away. Either way we are done.
-                let Ok(Some(request)) = request else { return };
-                let answer = renew_one(&*store, &limits, request, &mut leases_seen, max_leases)
-                    .await
-                    .map_err(Status::from);
+                let request = match request {
+                    Ok(Some(request)) => request,
+                    // The client half-closed: a clean end.
+                    Ok(None) => return recorder.finish(tonic::Code::Ok),
+                    // The client went away.
+                    Err(_) => return,
+                };
+                let answer = renew_one(
+                    &*store,
+                    &limits,
+                    &principal,
+                    request,
+                    &mut leases_seen,
+                    max_leases,
+                )
+                .await
+                .map_err(Status::from);
+                if let Err(status) = &answer {
+                    recorder.finish(status.code());
+                }
                 let failed = answer.is_err();
                 if responses.send(answer).await.is_err() || failed {
                     return;
@@ -55,6 +78,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 async fn renew_one<S: LeaseStore>(
     store: &S,
     limits: &Limits,
+    principal: &Option<Principal>,
     request: RenewRequest,
     leases_seen: &mut HashSet<String>,
     max_leases: usize,
@@ -62,6 +86,7 @@ async fn renew_one<S: LeaseStore>(
     let name = parse_name(&request.name)?;
     let lease_id = parse_lease_id(&request.lease_id)?;
     let ttl = limits.renew_ttl(request.ttl_ms)?;
+    authorize(principal, Operation::Renew, &name)?;
     if !leases_seen.contains(name.as_str()) {
         if leases_seen.len() >= max_leases {
             return Err(Error::ResourceExhausted(format!(
@@ -76,6 +101,7 @@ async fn renew_one<S: LeaseStore>(
             ttl_ms,
             expires_at_ms,
         } => {
+            metrics().renewals.inc();
             tracing::debug!(rpc = "Renew", %name, fencing_token, ttl_ms, "renewed");
             renew_response::Result::Renewed(Renewed {
                 fencing_token,
@@ -84,6 +110,12 @@ async fn renew_one<S: LeaseStore>(
             })
         }
         RenewOutcome::Lost(reason) => {
+            metrics()
+                .losses
+                .get_or_create(&KindLabels {
+                    kind: reason.as_str(),
+                })
+                .inc();
             tracing::info!(rpc = "Renew", %name, reason = reason.as_str(), "lost");
             renew_response::Result::Lost(Lost {
                 reason: reason.as_str().to_owned(),

@@ -20,6 +20,7 @@ use crate::{
         AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, LostReason,
         ReleaseWatchers, RenewOutcome,
     },
+    metrics::metrics,
 };
 
 /// The fence counter outlives leases by at least this long, so that tokens usually come from the
@@ -139,11 +140,20 @@ impl RedisStore {
         }
     }
 
-    async fn run(&self, script: &Script, keys: Vec<String>, args: Vec<String>) -> Result<Value> {
-        script
+    /// Runs one script; `operation` names it in metrics and errors.
+    async fn run(
+        &self,
+        operation: &'static str,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value> {
+        let started = std::time::Instant::now();
+        let reply = script
             .evalsha_with_reload(self.pool.next(), keys, args)
-            .await
-            .map_err(|e| Error::Unavailable(e.to_string()))
+            .await;
+        metrics().record_store(operation, started.elapsed(), reply.is_err());
+        reply.map_err(|e| Error::Unavailable(format!("{operation}: {e}")))
     }
 }
 
@@ -203,6 +213,7 @@ impl LeaseStore for RedisStore {
         let fence_ttl_ms = MIN_FENCE_TTL.max(ttl * 2).as_millis() as u64;
         let reply = self
             .run(
+                "acquire",
                 &self.scripts.acquire,
                 vec![keys.lease, keys.owner, keys.fence],
                 vec![
@@ -236,6 +247,7 @@ impl LeaseStore for RedisStore {
         let ttl_ms = ttl.map_or(0, |ttl| ttl.as_millis() as u64);
         let reply = self
             .run(
+                "renew",
                 &self.scripts.renew,
                 vec![keys.lease, keys.owner],
                 vec![lease_id.expose().to_owned(), ttl_ms.to_string()],
@@ -259,6 +271,7 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let reply = self
             .run(
+                "release",
                 &self.scripts.release,
                 vec![keys.lease, keys.owner],
                 vec![
@@ -277,7 +290,12 @@ impl LeaseStore for RedisStore {
     async fn describe(&self, name: &LeaseName) -> Result<Option<HolderInfo>> {
         let keys = self.keys(name);
         let reply = self
-            .run(&self.scripts.describe, vec![keys.lease, keys.owner], vec![])
+            .run(
+                "describe",
+                &self.scripts.describe,
+                vec![keys.lease, keys.owner],
+                vec![],
+            )
             .await?;
         let reply = Reply::new(reply, "describe")?;
         match reply.int(0)? {

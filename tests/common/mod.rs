@@ -13,7 +13,7 @@ use std::{
 };
 
 use leased::{
-    config::{LogFormat, ServeConfig},
+    config::ServeConfig,
     proto::{
         AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, Granted,
         ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
@@ -152,23 +152,19 @@ impl RedisServer {
     }
 }
 
-/// Settings for tests: short Redis timeout so that fault tests run fast.
+/// Settings for tests: the binary's defaults, with a short Redis timeout so that fault tests
+/// run fast.
 pub fn test_config(redis_url: Option<String>) -> ServeConfig {
-    ServeConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        redis_url,
-        max_ttl: Duration::from_secs(24 * 3600),
-        max_wait: Duration::from_secs(600),
-        redis_timeout: Duration::from_secs(1),
-        redis_pool_size: 2,
-        key_prefix: "leased:".into(),
-        max_concurrent_streams: 1024,
-        max_waiters_per_name: 1024,
-        max_leases_per_stream: 1024,
-        max_message_bytes: 16 * 1024,
-        drain_grace: Duration::from_secs(5),
-        log_format: LogFormat::Text,
+    let mut args = vec![
+        "--redis-timeout".to_owned(),
+        "1s".to_owned(),
+        "--drain-grace".to_owned(),
+        "5s".to_owned(),
+    ];
+    if let Some(url) = redis_url {
+        args.extend(["--redis-url".to_owned(), url]);
     }
+    ServeConfig::from_args(args).expect("test flags parse")
 }
 
 /// A running `leased`: in this process, or a child process of the real binary.

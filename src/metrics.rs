@@ -1,0 +1,232 @@
+//! Prometheus metrics, served over HTTP on `--metrics-listen` at `/metrics`.
+//!
+//! One process-wide registry ([`metrics`]); handlers, the waiting policy and the Redis store
+//! record into it.
+
+use std::{
+    sync::LazyLock,
+    time::{Duration, Instant},
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+use tokio::net::TcpListener;
+
+use crate::shutdown::Shutdown;
+
+/// Labels of per-RPC metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabels {
+    pub rpc: &'static str,
+    pub code: String,
+}
+
+/// Labels naming one thing: an RPC, a store operation, a reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+/// Every metric leased exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Finished RPCs by method and gRPC status code (streams count once, when they end).
+    pub rpc_requests: Family<RpcLabels, Counter>,
+    /// RPC duration in seconds (for streams: the stream's whole life).
+    pub rpc_duration: Family<RpcLabels, Histogram>,
+    /// Leases granted.
+    pub grants: Counter,
+    /// Acquires that ended in not_granted.
+    pub not_granted: Counter,
+    /// Successful renewals.
+    pub renewals: Counter,
+    /// Renewals that answered lost, by reason.
+    pub losses: Family<KindLabels, Counter>,
+    /// Waiters woken by the timer at a holder's expiry (the holder neither renewed nor released).
+    pub expiries_seen: Counter,
+    /// Callers waiting in Acquire now.
+    pub waiters: Gauge,
+    /// Open Acquire and Renew streams, by RPC.
+    pub open_streams: Family<KindLabels, Gauge>,
+    /// Redis script latency in seconds, by operation.
+    pub store_duration: Family<KindLabels, Histogram>,
+    /// Redis commands that failed or timed out, by operation.
+    pub store_errors: Family<KindLabels, Counter>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs to about 26 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+}
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("leased");
+        let metrics = Metrics {
+            rpc_requests: Family::default(),
+            rpc_duration: Family::new_with_constructor(latency_histogram),
+            grants: Counter::default(),
+            not_granted: Counter::default(),
+            renewals: Counter::default(),
+            losses: Family::default(),
+            expiries_seen: Counter::default(),
+            waiters: Gauge::default(),
+            open_streams: Family::default(),
+            store_duration: Family::new_with_constructor(latency_histogram),
+            store_errors: Family::default(),
+            registry: Registry::default(),
+        };
+        let m = &metrics;
+        registry.register(
+            "rpc_requests",
+            "Finished RPCs by method and status code",
+            m.rpc_requests.clone(),
+        );
+        registry.register(
+            "rpc_duration_seconds",
+            "RPC duration (streams: whole life)",
+            m.rpc_duration.clone(),
+        );
+        registry.register("grants", "Leases granted", m.grants.clone());
+        registry.register(
+            "not_granted",
+            "Acquires that ended in not_granted",
+            m.not_granted.clone(),
+        );
+        registry.register("renewals", "Successful renewals", m.renewals.clone());
+        registry.register(
+            "losses",
+            "Renewals that answered lost, by reason",
+            m.losses.clone(),
+        );
+        registry.register(
+            "expiries_seen",
+            "Waiters woken at a holder's expiry",
+            m.expiries_seen.clone(),
+        );
+        registry.register("waiters", "Callers waiting in Acquire", m.waiters.clone());
+        registry.register(
+            "open_streams",
+            "Open Acquire and Renew streams",
+            m.open_streams.clone(),
+        );
+        registry.register(
+            "store_duration_seconds",
+            "Redis script latency by operation",
+            m.store_duration.clone(),
+        );
+        registry.register(
+            "store_errors",
+            "Redis commands that failed or timed out",
+            m.store_errors.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+
+    /// Records one finished RPC.
+    pub fn record_rpc(&self, rpc: &'static str, code: tonic::Code, elapsed: Duration) {
+        let labels = RpcLabels {
+            rpc,
+            code: format!("{code:?}"),
+        };
+        self.rpc_requests.get_or_create(&labels).inc();
+        self.rpc_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one store operation.
+    pub fn record_store(&self, operation: &'static str, elapsed: Duration, failed: bool) {
+        let labels = KindLabels { kind: operation };
+        self.store_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if failed {
+            self.store_errors.get_or_create(&labels).inc();
+        }
+    }
+}
+
+/// Counts one open stream of `rpc` until dropped, then records the RPC with its final code
+/// (`Cancelled` unless [`finish`](Self::finish) said otherwise: the client went away).
+pub struct StreamRecorder {
+    rpc: &'static str,
+    started: Instant,
+    code: tonic::Code,
+}
+
+impl StreamRecorder {
+    /// Starts counting a stream of `rpc`.
+    pub fn start(rpc: &'static str) -> Self {
+        metrics()
+            .open_streams
+            .get_or_create(&KindLabels { kind: rpc })
+            .inc();
+        StreamRecorder {
+            rpc,
+            started: Instant::now(),
+            code: tonic::Code::Cancelled,
+        }
+    }
+
+    /// Sets the code the stream ended with.
+    pub fn finish(&mut self, code: tonic::Code) {
+        self.code = code;
+    }
+}
+
+impl Drop for StreamRecorder {
+    fn drop(&mut self) {
+        let metrics = metrics();
+        metrics
+            .open_streams
+            .get_or_create(&KindLabels { kind: self.rpc })
+            .dec();
+        metrics.record_rpc(self.rpc, self.code, self.started.elapsed());
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` fires.
+pub async fn serve(listener: TcpListener, shutdown: Shutdown) -> std::io::Result<()> {
+    use axum::{Router, http::header, routing::get};
+    let app = Router::new().route(
+        "/metrics",
+        get(|| async {
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                metrics().encode(),
+            )
+        }),
+    );
+    tracing::info!(address = %listener.local_addr()?, "metrics listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.fired().await })
+        .await
+}
