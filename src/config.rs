@@ -122,6 +122,17 @@ impl ServeConfig {
         Ok(<Serve as clap::Parser>::try_parse_from(args)?.config)
     }
 
+    /// Refuses a non-loopback `address` without access control unless `--insecure-listen`.
+    pub fn check_listen_address(&self, address: SocketAddr) -> Result<(), String> {
+        if self.auth_tokens.is_none() && !address.ip().is_loopback() && !self.insecure_listen {
+            return Err(format!(
+                "refusing to listen on {address} without access control: anyone who reaches it \
+                 could take or release any lease. Set --auth-tokens, or pass --insecure-listen"
+            ));
+        }
+        Ok(())
+    }
+
     /// The gRPC server's settings; loads the auth tokens file.
     pub fn server_options(&self) -> Result<ServerOptions, String> {
         let auth = match &self.auth_tokens {
@@ -161,5 +172,24 @@ impl ServeConfig {
             key_prefix: self.key_prefix.clone(),
             max_waiters_per_name: self.max_waiters_per_name,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_loopback_listen_needs_auth_or_an_explicit_opt_in() {
+        let everywhere: SocketAddr = "0.0.0.0:50051".parse().unwrap();
+        let loopback: SocketAddr = "127.0.0.1:50051".parse().unwrap();
+        let plain = ServeConfig::from_args(Vec::<String>::new()).unwrap();
+        assert!(plain.check_listen_address(loopback).is_ok());
+        let refused = plain.check_listen_address(everywhere).unwrap_err();
+        assert!(refused.contains("--insecure-listen"), "{refused}");
+        let opted_in = ServeConfig::from_args(["--insecure-listen"]).unwrap();
+        assert!(opted_in.check_listen_address(everywhere).is_ok());
+        let with_auth = ServeConfig::from_args(["--auth-tokens", "/tokens.json"]).unwrap();
+        assert!(with_auth.check_listen_address(everywhere).is_ok());
     }
 }

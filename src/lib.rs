@@ -40,14 +40,7 @@ pub async fn serve(
     shutdown: Shutdown,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let options = config.server_options()?;
-    let address = listener.local_addr()?;
-    if options.auth.is_none() && !address.ip().is_loopback() && !config.insecure_listen {
-        return Err(format!(
-            "refusing to listen on {address} without access control: anyone who reaches it could \
-             take or release any lease. Set --auth-tokens, or pass --insecure-listen to allow it"
-        )
-        .into());
-    }
+    config.check_listen_address(listener.local_addr()?)?;
     if let Some(auth) = &options.auth {
         tokio::spawn(reload_on_sighup(auth.clone()));
     }

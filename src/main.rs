@@ -31,6 +31,8 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // Refuse before binding: an exposed port should never open, even briefly.
+    config.check_listen_address(config.listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;

@@ -11,6 +11,7 @@ use leased::proto::{AcquireRequest, RenewRequest, acquire_response};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
 const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
 
 /// A waiter on one `leased` process is granted within milliseconds of a release made through a
@@ -86,6 +87,11 @@ async fn redis_killed_then_restarted() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     server.wait_health(NOT_SERVING).await;
+    assert_eq!(
+        server.health_of(leased::server::LIVENESS_SERVICE).await,
+        Some(SERVING),
+        "liveness ignores Redis, so Kubernetes does not restart pods for a Redis outage"
+    );
 
     redis.restart();
     server.wait_serving().await;

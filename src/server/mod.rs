@@ -23,6 +23,9 @@ use crate::{
 };
 pub use service::LeaseServiceImpl;
 
+/// The health service name that reports only that the process is alive (not Redis, not draining).
+pub const LIVENESS_SERVICE: &str = "leased.liveness";
+
 /// How often the health status re-checks that the store answers.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -110,6 +113,11 @@ pub async fn run<S: LeaseStore>(
     let listener = listeners.grpc;
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     set_serving::<S>(&health_reporter, false).await;
+    // Liveness: SERVING while the process runs, whatever Redis does, so that a Redis outage takes
+    // pods out of rotation (readiness, "") without restarting them.
+    health_reporter
+        .set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving)
+        .await;
     let health_task = tokio::spawn(report_health(
         store.clone(),
         health_reporter.clone(),
@@ -134,8 +142,14 @@ pub async fn run<S: LeaseStore>(
             let shutdown = shutdown.clone();
             async move { shutdown.fired().await }
         };
+        let health_reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
         let health_only = Server::builder()
             .add_service(health_service.clone())
+            .add_service(health_reflection().build_v1()?)
+            .add_service(health_reflection().build_v1alpha()?)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop);
         side_servers.spawn(async move { health_only.await.map_err(std::io::Error::other) });
     }

@@ -49,8 +49,16 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                     Ok(Some(request)) => request,
                     // The client half-closed: a clean end.
                     Ok(None) => return recorder.finish(tonic::Code::Ok),
-                    // The client went away.
-                    Err(_) => return,
+                    // A message we could not decode (malformed, over --max-message-bytes) ends the
+                    // stream with its status, not a silent OK; if the client went away, nobody
+                    // reads it.
+                    Err(status) => {
+                        let code = status.code();
+                        if responses.send(Err(status)).await.is_ok() {
+                            recorder.finish(code);
+                        }
+                        return;
+                    }
                 };
                 let answer = renew_one(
                     &*store,

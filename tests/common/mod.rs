@@ -24,12 +24,21 @@ use leased::{
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, for a server that binds it later.
+///
+/// Drawn at random below the kernel's ephemeral range (32768 and up by default): a port that
+/// `bind(0)` handed out and we released is often handed out again by the next `bind(0)`, so a
+/// server binding it later would collide with whatever bound port 0 in between.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("no free port")
-        .port()
+    use std::hash::{BuildHasher, RandomState};
+    for attempt in 0u64..1_000 {
+        let random = RandomState::new().hash_one((std::process::id(), attempt));
+        let port = 20_000 + (random % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 32000");
 }
 
 /// Polls `ready` every 20 ms until it holds or `timeout` passes; panics with `what` on timeout.
@@ -170,6 +179,8 @@ pub fn test_config(redis_url: Option<String>) -> ServeConfig {
 /// A running `leased`: in this process, or a child process of the real binary.
 pub struct Leased {
     pub address: SocketAddr,
+    /// Where `grpc.health.v1` answers in plaintext: the gRPC port, or `--health-listen`.
+    health_address: SocketAddr,
     trigger: Option<ShutdownTrigger>,
     process: Option<Child>,
 }
@@ -187,6 +198,7 @@ impl Leased {
             .try_init();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
+        let health_address = config.health_listen.unwrap_or(address);
         let (trigger, shutdown): (ShutdownTrigger, Shutdown) = leased::shutdown::channel();
         tokio::spawn(async move {
             if let Err(error) = leased::serve(config, listener, shutdown).await {
@@ -195,6 +207,7 @@ impl Leased {
         });
         let server = Leased {
             address,
+            health_address,
             trigger: Some(trigger),
             process: None,
         };
@@ -221,6 +234,7 @@ impl Leased {
             .expect("cannot start leased");
         let server = Leased {
             address,
+            health_address: address,
             trigger: None,
             process: Some(child),
         };
@@ -240,15 +254,20 @@ impl Leased {
 
     /// The overall `grpc.health.v1` status, or None if the server does not answer.
     pub async fn health(&self) -> Option<i32> {
+        self.health_of("").await
+    }
+
+    /// The `grpc.health.v1` status of one service name, or None if the server does not answer.
+    pub async fn health_of(&self, service: &str) -> Option<i32> {
         use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-        let channel = Channel::from_shared(self.endpoint())
+        let channel = Channel::from_shared(format!("http://{}", self.health_address))
             .ok()?
             .connect()
             .await
             .ok()?;
         let reply = HealthClient::new(channel)
             .check(HealthCheckRequest {
-                service: String::new(),
+                service: service.to_owned(),
             })
             .await
             .ok()?;
@@ -263,10 +282,15 @@ impl Leased {
 
     pub async fn wait_health(&self, status: i32) {
         let start = Instant::now();
-        while self.health().await != Some(status) {
+        loop {
+            let seen = self.health().await;
+            if seen == Some(status) {
+                return;
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
-                "leased never reported health status {status}"
+                "leased at {} never reported health status {status} (last: {seen:?})",
+                self.health_address
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -416,3 +440,7 @@ impl FencedResource {
         true
     }
 }
+
+pub mod process;
+pub mod proxy;
+pub mod sentinel;
