@@ -156,3 +156,33 @@ async fn the_guard_example_runs_and_matches_the_readme() {
         "released"
     );
 }
+
+/// A guard granted after a wait longer than its TTL is trusted from a fresh renewal, not from the
+/// request: it does not report lost the moment it is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_granted_after_a_long_wait_is_not_lost_at_once() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let first = must_hold(&client, "long-wait", Duration::from_secs(30)).await;
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let options =
+                AcquireOptions::new(Duration::from_millis(500)).wait(Duration::from_secs(10));
+            client.acquire("long-wait", options).await.unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(first.release().await.unwrap());
+    let Acquired::Granted(guard) = waiter.await.unwrap() else {
+        panic!("the waiter was not granted");
+    };
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        !guard.is_lost(),
+        "lost right after a grant that followed a long wait"
+    );
+    let holder = client.describe("long-wait").await.unwrap().expect("held");
+    assert_eq!(holder.fencing_token, guard.fencing_token());
+}

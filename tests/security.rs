@@ -478,3 +478,52 @@ fn non_loopback_listen_without_auth_is_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--insecure-listen"), "{stderr}");
 }
+
+/// The `leased` CLI reaches a server with mTLS and access control through its TLS and token flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_speaks_mtls_with_a_bearer_token() {
+    let pki = Pki::generate();
+    std::fs::write(pki.dir.join("client.pem"), &pki.client_cert_pem).unwrap();
+    std::fs::write(pki.dir.join("client.key"), &pki.client_key_pem).unwrap();
+    let redis = RedisServer::start();
+    let mut args = vec![
+        "--redis-url".to_owned(),
+        redis.url(),
+        "--health-listen".to_owned(),
+        format!("127.0.0.1:{}", free_port()),
+        "--auth-tokens".to_owned(),
+        tokens_file().display().to_string(),
+    ];
+    args.extend(pki.server_args(true));
+    let server = Leased::start_with(ServeConfig::from_args(args).unwrap()).await;
+
+    let cli = |token: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_leased"))
+            .args(["acquire", "payments/cli", "--ttl", "5s", "--json"])
+            .args([
+                "--endpoint",
+                &format!("https://localhost:{}", server.address.port()),
+            ])
+            .args(["--ca-cert", &pki.path("ca.pem")])
+            .args([
+                "--client-cert",
+                &pki.path("client.pem"),
+                "--client-key",
+                &pki.path("client.key"),
+            ])
+            .env("LEASED_TOKEN", token)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = cli(PAYMENTS_TOKEN);
+    assert_eq!(code, Some(0), "{stdout} {stderr}");
+    assert!(stdout.contains("\"granted\":true"), "{stdout}");
+    let (code, _, stderr) = cli("wrong-token-0123456789");
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("unknown token"), "{stderr}");
+}

@@ -3,12 +3,14 @@
 
 mod run;
 
-use std::{process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    client::{AcquireOptions, ClientError, CurrentHolder, LeaseClient, default_holder},
+    client::{
+        AcquireOptions, ClientError, ConnectOptions, CurrentHolder, LeaseClient, default_holder,
+    },
     config::ServeConfig,
 };
 
@@ -48,16 +50,40 @@ pub enum Command {
     Run(run::RunArgs),
 }
 
-/// Where the server is.
+/// Where the server is, and how to talk to it.
 #[derive(Args, Debug, Clone)]
 pub struct EndpointArgs {
-    /// The leased server.
+    /// The leased server (https:// for TLS).
     #[arg(
         long,
         env = "LEASED_ENDPOINT",
         default_value = "http://127.0.0.1:50051"
     )]
     pub endpoint: String,
+    /// PEM CA bundle to trust for an https:// endpoint (default: the system's roots).
+    #[arg(long, env = "LEASED_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// PEM client certificate, for servers that require mTLS (with --client-key).
+    #[arg(long, env = "LEASED_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM client key, for servers that require mTLS (with --client-cert).
+    #[arg(long, env = "LEASED_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+    /// Bearer token, for servers started with --auth-tokens.
+    #[arg(long, env = "LEASED_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl EndpointArgs {
+    /// Connects as these flags say.
+    pub async fn connect(&self) -> Result<LeaseClient, ClientError> {
+        let options = ConnectOptions {
+            ca_cert: self.ca_cert.clone(),
+            client_identity: self.client_cert.clone().zip(self.client_key.clone()),
+            token: self.token.clone(),
+        };
+        LeaseClient::connect_with(self.endpoint.clone(), &options).await
+    }
 }
 
 /// `leased acquire`.
@@ -124,7 +150,7 @@ pub async fn run_client(command: Command) -> ExitCode {
 }
 
 async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
-    let client = LeaseClient::connect(args.endpoint.endpoint).await?;
+    let client = args.endpoint.connect().await?;
     let options = AcquireOptions::new(args.ttl)
         .wait(args.wait)
         .holder(args.holder.unwrap_or_else(default_holder));
@@ -159,7 +185,7 @@ async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
 }
 
 async fn release(args: ReleaseArgs) -> Result<ExitCode, ClientError> {
-    let client = LeaseClient::connect(args.endpoint.endpoint).await?;
+    let client = args.endpoint.connect().await?;
     let released = client.release(&args.name, &args.lease_id).await?;
     if args.json {
         println!(
@@ -178,7 +204,7 @@ async fn release(args: ReleaseArgs) -> Result<ExitCode, ClientError> {
 }
 
 async fn describe(args: DescribeArgs) -> Result<ExitCode, ClientError> {
-    let client = LeaseClient::connect(args.endpoint.endpoint).await?;
+    let client = args.endpoint.connect().await?;
     let holder = client.describe(&args.name).await?;
     print_holder(&args.name, "held", holder.as_ref(), args.json);
     Ok(ExitCode::SUCCESS)

@@ -9,7 +9,7 @@ use tokio::{
 };
 
 use super::{EndpointArgs, exit_code};
-use crate::client::{AcquireOptions, Acquired, LeaseClient, LostReason, default_holder};
+use crate::client::{AcquireOptions, Acquired, LostReason, default_holder};
 
 /// `leased run`.
 #[derive(Args, Debug)]
@@ -46,7 +46,7 @@ const FORWARDED_SIGNALS: [libc::c_int; 6] = [
 ];
 
 pub(super) async fn run(args: RunArgs) -> ExitCode {
-    let client = match LeaseClient::connect(args.endpoint.endpoint.clone()).await {
+    let client = match args.endpoint.connect().await {
         Ok(client) => client,
         Err(error) => return fail(&error.to_string()),
     };

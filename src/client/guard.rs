@@ -8,12 +8,10 @@ use tokio::{
     time::{Instant, sleep_until, timeout_at},
 };
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Streaming, transport::Channel};
+use tonic::Streaming;
 
-use super::{ClientError, Grant, LeaseClient};
-use crate::proto::{
-    RenewRequest, RenewResponse, lease_service_client::LeaseServiceClient, renew_response,
-};
+use super::{ClientError, Grant, GrpcClient, LeaseClient};
+use crate::proto::{RenewRequest, RenewResponse, renew_response};
 
 /// Why a [`LeaseGuard`] stopped trusting its lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,7 +154,7 @@ impl Drop for LeaseGuard {
 
 /// The renewing task of one guard.
 struct Keepalive {
-    grpc: LeaseServiceClient<Channel>,
+    grpc: GrpcClient,
     request: RenewRequest,
     ttl: Duration,
     /// The open Renew stream, reopened after an error.

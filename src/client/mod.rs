@@ -31,16 +31,20 @@
 
 mod guard;
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::{
+    metadata::{Ascii, MetadataValue},
+    service::{Interceptor, interceptor::InterceptedService},
+    transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
+};
 
 pub use guard::{LeaseGuard, LostReason};
 
 use crate::proto::{
-    AcquireRequest, DescribeRequest, ReleaseRequest, acquire_response,
-    lease_service_client::LeaseServiceClient,
+    AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
+    lease_service_client::LeaseServiceClient, renew_response,
 };
 
 /// What can go wrong in the client. Contention is not an error: see [`Acquired::NotGranted`].
@@ -55,15 +59,50 @@ pub enum ClientError {
     /// The server answered with an error status (bad input, Redis unavailable, ...).
     #[error("{}: {}", .0.code(), .0.message())]
     Status(#[from] tonic::Status),
+    /// A TLS file cannot be read, or a setting is malformed.
+    #[error("{0}")]
+    Config(String),
     /// The server broke the contract (e.g. an Acquire stream without a terminal message).
     #[error("protocol error: {0}")]
     Protocol(String),
 }
 
+/// The generated client, with the bearer token (if any) added to every call.
+pub(crate) type GrpcClient = LeaseServiceClient<InterceptedService<Channel, BearerToken>>;
+
 /// A connection to a `leased` server. Cheap to clone; clones share the HTTP/2 connection.
 #[derive(Clone, Debug)]
 pub struct LeaseClient {
-    grpc: LeaseServiceClient<Channel>,
+    grpc: GrpcClient,
+}
+
+/// How to reach a server that uses TLS, mTLS or access control. `Default` is plaintext, no token.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectOptions {
+    /// PEM CA bundle to trust for an `https://` endpoint (default: the system's roots).
+    pub ca_cert: Option<PathBuf>,
+    /// PEM client certificate and key, for servers that require mTLS.
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+    /// Bearer token, for servers started with `--auth-tokens`.
+    pub token: Option<String>,
+}
+
+/// Adds `authorization: Bearer TOKEN` to every request when a token is set.
+#[derive(Clone, Debug)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
 }
 
 /// How to acquire: TTL, how long to wait for a busy lease, and who is asking.
@@ -155,21 +194,40 @@ pub struct Grant {
 impl LeaseClient {
     /// Connects to `endpoint`, e.g. `http://127.0.0.1:50051`.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Self, ClientError> {
+        Self::connect_with(endpoint, &ConnectOptions::default()).await
+    }
+
+    /// Connects with TLS settings and a bearer token (`https://` endpoints use TLS).
+    pub async fn connect_with(
+        endpoint: impl Into<String>,
+        options: &ConnectOptions,
+    ) -> Result<Self, ClientError> {
         let endpoint = endpoint.into();
         let connect_error = |source| ClientError::Connect {
             endpoint: endpoint.clone(),
             source,
         };
-        let channel = Endpoint::from_shared(endpoint.clone())
+        let mut builder = Endpoint::from_shared(endpoint.clone())
             .map_err(connect_error)?
             .connect_timeout(Duration::from_secs(5))
             .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_while_idle(true)
-            .connect()
-            .await
-            .map_err(connect_error)?;
+            .keep_alive_while_idle(true);
+        if endpoint.starts_with("https://") {
+            builder = builder
+                .tls_config(options.tls_config()?)
+                .map_err(connect_error)?;
+        }
+        let channel = builder.connect().await.map_err(connect_error)?;
+        let token = match &options.token {
+            None => None,
+            Some(token) => Some(
+                format!("Bearer {token}")
+                    .parse()
+                    .map_err(|_| ClientError::Config("the token is not valid ASCII".into()))?,
+            ),
+        };
         Ok(LeaseClient {
-            grpc: LeaseServiceClient::new(channel),
+            grpc: LeaseServiceClient::with_interceptor(channel, BearerToken(token)),
         })
     }
 
@@ -180,15 +238,48 @@ impl LeaseClient {
         options: AcquireOptions,
     ) -> Result<Acquired, ClientError> {
         // The lease expires on the server no earlier than TTL after this moment.
-        let requested_at = tokio::time::Instant::now();
-        match self.acquire_once(name, &options).await? {
-            Ok(grant) => Ok(Acquired::Granted(LeaseGuard::start(
-                self.clone(),
-                grant,
-                requested_at,
-            ))),
-            Err(holder) => Ok(Acquired::NotGranted(holder)),
+        let mut requested_at = tokio::time::Instant::now();
+        let grant = match self.acquire_once(name, &options).await? {
+            Ok(grant) => grant,
+            Err(holder) => return Ok(Acquired::NotGranted(holder)),
+        };
+        // After a long wait, "TTL after the request" may already be past although the grant is
+        // fresh: the server granted it at some unknown moment during the wait. Renew once before
+        // trusting it, and count from that renewal instead.
+        if requested_at.elapsed() > grant.ttl / 3 {
+            requested_at = tokio::time::Instant::now();
+            let renewal = RenewRequest {
+                name: grant.name.clone(),
+                lease_id: grant.lease_id.clone(),
+                ttl_ms: 0,
+            };
+            let mut answers = self
+                .grpc
+                .clone()
+                .renew(tokio_stream::iter([renewal]))
+                .await?
+                .into_inner();
+            let renewed = matches!(
+                answers.message().await?,
+                Some(RenewResponse {
+                    result: Some(renew_response::Result::Renewed(_)),
+                    ..
+                })
+            );
+            if !renewed {
+                let holder = self.describe(name).await?.unwrap_or(CurrentHolder {
+                    holder: String::new(),
+                    fencing_token: 0,
+                    remaining: None,
+                });
+                return Ok(Acquired::NotGranted(holder));
+            }
         }
+        Ok(Acquired::Granted(LeaseGuard::start(
+            self.clone(),
+            grant,
+            requested_at,
+        )))
     }
 
     /// Acquires `name` without a keepalive: the lease lasts one TTL unless renewed by its id.
@@ -259,8 +350,25 @@ impl LeaseClient {
             .then(|| CurrentHolder::new(reply.holder, reply.fencing_token, reply.remaining_ms)))
     }
 
-    pub(crate) fn grpc(&self) -> LeaseServiceClient<Channel> {
+    pub(crate) fn grpc(&self) -> GrpcClient {
         self.grpc.clone()
+    }
+}
+
+impl ConnectOptions {
+    fn tls_config(&self) -> Result<ClientTlsConfig, ClientError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path)
+                .map_err(|e| ClientError::Config(format!("cannot read {}: {e}", path.display())))
+        };
+        let mut tls = ClientTlsConfig::new().with_native_roots();
+        if let Some(ca_cert) = &self.ca_cert {
+            tls = tls.ca_certificate(Certificate::from_pem(read(ca_cert)?));
+        }
+        if let Some((cert, key)) = &self.client_identity {
+            tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        Ok(tls)
     }
 }
 
