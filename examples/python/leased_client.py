@@ -1,0 +1,480 @@
+"""A small Python client for leased (`lease.v1.LeaseService`).
+
+    client = LeaseClient("127.0.0.1:50051")
+    result = client.acquire("nightly-report", ttl_ms=15_000, wait_ms=60_000, holder="host-a/pid-42")
+    if isinstance(result, NotGranted):
+        print("busy, held by", result.holder)
+    else:
+        with result as lease:                     # renews in the background, releases on exit
+            while not lease.lost.is_set():        # stop the moment the lease may be gone
+                storage.write(..., fencing_token=lease.fencing_token)
+
+The gRPC stubs are generated from `proto/` when this module is imported (`ensure_stubs`), so the
+proto file stays the one source of truth and no generated code is committed.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Callable, Iterator, Optional
+
+import grpc
+
+logger = logging.getLogger(__name__)
+
+_HERE = Path(__file__).resolve().parent
+PROTO_ROOT = _HERE.parent.parent / "proto"
+GENERATED_DIR = _HERE / "generated"
+_PROTO_FILE = "lease/v1/lease.proto"
+_STUBS = ("lease_pb2.py", "lease_pb2_grpc.py")
+
+
+def ensure_stubs(proto_root: Path = PROTO_ROOT, out_dir: Path = GENERATED_DIR) -> None:
+    """Generates the Python stubs for lease.proto into `out_dir` unless they are already up to date,
+    and puts `out_dir` on `sys.path` so that `import lease.v1.lease_pb2` works.
+
+    The stubs are written to a scratch directory first and moved into place file by file, so a
+    second process generating at the same time (a test and the example it runs) never imports a
+    half-written module.
+    """
+    proto = proto_root / _PROTO_FILE
+    target = out_dir / Path(_PROTO_FILE).parent
+    stubs = [target / stub for stub in _STUBS]
+    if not all(s.exists() and s.stat().st_mtime >= proto.stat().st_mtime for s in stubs):
+        # google/protobuf/timestamp.proto is imported by lease.proto; grpc_tools ships it.
+        well_known = importlib.resources.files("grpc_tools") / "_proto"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=".protoc-", dir=out_dir))
+        try:
+            subprocess.run(
+                [
+                    sys.executable, "-m", "grpc_tools.protoc",
+                    f"-I{proto_root}", f"-I{well_known}",
+                    f"--python_out={scratch}", f"--grpc_python_out={scratch}",
+                    _PROTO_FILE,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            target.mkdir(parents=True, exist_ok=True)
+            for stub in _STUBS:
+                os.replace(scratch / Path(_PROTO_FILE).parent / stub, target / stub)
+        except subprocess.CalledProcessError as error:
+            raise RuntimeError(f"grpc_tools.protoc failed on {proto}:\n{error.stderr}") from error
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if str(out_dir) not in sys.path:
+        sys.path.insert(0, str(out_dir))
+
+
+ensure_stubs()
+from lease.v1 import lease_pb2 as pb  # noqa: E402  (generated just above)
+from lease.v1 import lease_pb2_grpc as pb_grpc  # noqa: E402
+
+
+@dataclass(frozen=True)
+class NotGranted:
+    """Someone else holds the lease. `acquire` returns this when the lease stayed busy, and passes
+    it to `on_waiting` while the server waits for the lease on the caller's behalf."""
+
+    name: str
+    holder: str
+    fencing_token: int
+    #: Until the holder's lease expires unless renewed; -1 if it has no expiry.
+    remaining_ms: int
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What `Describe` tells anyone about a lease (never its lease_id)."""
+
+    name: str
+    held: bool
+    holder: str
+    fencing_token: int
+    remaining_ms: int
+
+
+class LeaseClient:
+    """A connection to a leased server. Thread-safe; share one per process.
+
+    `rpc_timeout_s` bounds every call that should answer quickly (Release, Describe, each renewal,
+    and Acquire beyond its `wait_ms`), so a stalled server or network never hangs the caller.
+    """
+
+    def __init__(self, target: str, *, rpc_timeout_s: float = 5.0) -> None:
+        self._channel = grpc.insecure_channel(target)
+        self._stub = pb_grpc.LeaseServiceStub(self._channel)
+        self._rpc_timeout_s = rpc_timeout_s
+
+    def acquire(
+        self,
+        name: str,
+        ttl_ms: int,
+        wait_ms: int = 0,
+        holder: str = "",
+        *,
+        keepalive: bool = True,
+        safety_margin_ms: Optional[int] = None,
+        on_waiting: Optional[Callable[[NotGranted], None]] = None,
+    ) -> Lease | NotGranted:
+        """Asks for `name`, waiting up to `wait_ms` if it is busy.
+
+        Returns a `Lease` (renewed in the background unless `keepalive` is False, in which case the
+        caller renews with `Lease.renew()`), or `NotGranted` naming the holder if the lease stayed
+        busy. `on_waiting` is called each time the server reports whom it is waiting on. Raises
+        `grpc.RpcError` for bad input (INVALID_ARGUMENT) or an unavailable server (UNAVAILABLE).
+        """
+        request = pb.AcquireRequest(name=name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        # The server grants no earlier than now, so the lease lasts at least a TTL from here.
+        requested_at = time.monotonic()
+        responses = self._stub.Acquire(request, timeout=wait_ms / 1000 + self._rpc_timeout_s)
+        outcome: Optional[pb.Granted | pb.NotGranted] = None
+        # Read to the end of the stream rather than returning at the terminal message: the call
+        # then finishes with OK instead of being cancelled, which the server could take for a
+        # waiter that gave up.
+        for response in responses:
+            kind = response.WhichOneof("result")
+            if outcome is not None:
+                raise RuntimeError(f"Acquire sent {kind!r} after its terminal message")
+            if kind == "waiting":
+                if on_waiting is not None:
+                    on_waiting(_not_granted(name, response.waiting))
+            elif kind in ("granted", "not_granted"):
+                outcome = getattr(response, kind)
+            else:
+                raise RuntimeError(f"Acquire sent an unknown message: {response}")
+        if outcome is None:
+            raise RuntimeError("Acquire ended without granted or not_granted")
+        if isinstance(outcome, pb.NotGranted):
+            return _not_granted(name, outcome)
+
+        lease = Lease(
+            self._stub,
+            outcome,
+            requested_at=requested_at,
+            safety_margin_ms=safety_margin_ms,
+            rpc_timeout_s=self._rpc_timeout_s,
+        )
+        if lease.trusted_for_s() < lease.renew_period_s():
+            # A long wait used up most of the time we can vouch for: the grant came at some unknown
+            # moment after we asked. One renewal re-bases the trust on a moment we know of.
+            lease.renew()
+        if keepalive:
+            lease.start_keepalive()
+        return lease
+
+    def describe(self, name: str) -> LeaseInfo:
+        """Who holds `name` now, as anyone may ask."""
+        answer = self._stub.Describe(pb.DescribeRequest(name=name), timeout=self._rpc_timeout_s)
+        return LeaseInfo(
+            name=name,
+            held=answer.held,
+            holder=answer.holder,
+            fencing_token=answer.fencing_token,
+            remaining_ms=answer.remaining_ms,
+        )
+
+    def close(self) -> None:
+        """Closes the channel; leases still held stop renewing and expire at their TTL."""
+        self._channel.close()
+
+    def __enter__(self) -> LeaseClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+def _not_granted(name: str, busy: pb.Waiting | pb.NotGranted) -> NotGranted:
+    return NotGranted(
+        name=name,
+        holder=busy.holder,
+        fencing_token=busy.fencing_token,
+        remaining_ms=busy.remaining_ms,
+    )
+
+
+class Lease:
+    """One held lease.
+
+    With the keepalive on, a background thread renews it at a third of its TTL over one `Renew`
+    stream. `lost` is set, for good, when a renewal answers `lost` (expired, released, or taken
+    over), or when no renewal has succeeded for the TTL minus a safety margin: past that point the
+    server may already have expired the lease and granted it to someone else, so the holder must
+    stop trusting it *before* that can happen. Check `lost` before each piece of protected work,
+    and pass `fencing_token` along with every write so the resource can reject a stale holder.
+    """
+
+    def __init__(
+        self,
+        stub: pb_grpc.LeaseServiceStub,
+        granted: pb.Granted,
+        *,
+        requested_at: float,
+        safety_margin_ms: Optional[int],
+        rpc_timeout_s: float,
+    ) -> None:
+        self.name: str = granted.name
+        self.lease_id: str = granted.lease_id
+        self.fencing_token: int = granted.fencing_token
+        self.ttl_ms: int = granted.ttl_ms
+        self.lost = threading.Event()
+        self.lost_reason: Optional[str] = None
+        # The margin covers clocks that tick at slightly different rates on client and server.
+        self._safety_margin_ms = self.ttl_ms // 10 if safety_margin_ms is None else safety_margin_ms
+        if not 0 <= self._safety_margin_ms < self.ttl_ms:
+            raise ValueError(f"safety_margin_ms must be in [0, {self.ttl_ms})")
+        self._stub = stub
+        self._rpc_timeout_s = rpc_timeout_s
+        # Guards the Renew stream and the trust deadline: one renewal at a time.
+        self._lock = threading.Lock()
+        self._stream: Optional[_RenewStream] = None
+        self._trusted_until = self._trust_deadline(requested_at)
+        # Set once by the first release(); also tells the keepalive to stop.
+        self._released = threading.Event()
+        self._release_lock = threading.Lock()
+        self._keepalive: Optional[threading.Thread] = None
+
+    def trusted_for_s(self) -> float:
+        """Seconds for which the lease is certainly still ours (negative once that has passed)."""
+        return self._trusted_until - time.monotonic()
+
+    def renew_period_s(self) -> float:
+        """How often the keepalive renews: a third of the TTL, so two renewals may fail in a row."""
+        return self.ttl_ms / 3000
+
+    def start_keepalive(self) -> None:
+        """Starts the background renewals (`acquire` does this unless asked not to)."""
+        if self._keepalive is None:
+            self._keepalive = threading.Thread(
+                target=self._run_keepalive, name=f"leased-keepalive-{self.name}", daemon=True
+            )
+            self._keepalive.start()
+
+    def renew(self) -> bool:
+        """Renews the lease once, now. True if the server extended it. False if the renewal failed
+        (logged; try again while `trusted_for_s()` is positive), if the lease was released, or if
+        the server answered that it is gone, in which case `lost` is set."""
+        return self._renew_once(timeout_s=self._rpc_timeout_s)
+
+    def release(self) -> bool:
+        """Stops the keepalive and releases the lease. True if this call ended the lease; False if
+        it was no longer ours or was already released. Idempotent."""
+        with self._release_lock:
+            if self._released.is_set():
+                return False
+            self._released.set()
+        # Cancel the stream without waiting for the lock, so a renewal in flight ends now.
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+        if self._keepalive is not None:
+            self._keepalive.join()
+        with self._lock:
+            # A renewal that raced with us may have opened a new stream; it waits at most one
+            # renewal timeout.
+            self._close_stream()
+        answer = self._stub.Release(
+            pb.ReleaseRequest(name=self.name, lease_id=self.lease_id), timeout=self._rpc_timeout_s
+        )
+        return answer.released
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        # Never show the lease_id: it is the holder's secret.
+        state = "lost" if self.lost.is_set() else "released" if self._released.is_set() else "held"
+        return f"Lease(name={self.name!r}, fencing_token={self.fencing_token}, {state})"
+
+    def _trust_deadline(self, lower_bound: float) -> float:
+        """When to stop trusting a lease the server (re)started no earlier than `lower_bound`."""
+        return lower_bound + (self.ttl_ms - self._safety_margin_ms) / 1000
+
+    def _run_keepalive(self) -> None:
+        """The keepalive thread. If it ever dies of a bug, `lost` is set first: a holder whose
+        lease nobody renews any more must not go on trusting it."""
+        try:
+            self._keep_renewing()
+        except BaseException as error:
+            with self._lock:
+                self._mark_lost(f"keepalive failed: {error!r}")
+            raise
+
+    def _keep_renewing(self) -> None:
+        """Renews every third of the TTL, retries sooner after a failure, and sets `lost` when the
+        trust deadline passes without a successful renewal."""
+        next_renewal = time.monotonic() + self.renew_period_s()
+        retry_delay_s = max(self.ttl_ms / 20_000, 0.02)
+        while True:
+            wake_at = min(next_renewal, self._trusted_until)
+            if self._released.wait(max(0.0, wake_at - time.monotonic())):
+                return
+            if time.monotonic() >= self._trusted_until:
+                with self._lock:
+                    if not self._released.is_set():
+                        self._mark_lost("no renewal succeeded before the lease could expire")
+                return
+            renewed = self._renew_once(timeout_s=min(self.trusted_for_s(), self._rpc_timeout_s))
+            if self.lost.is_set() or self._released.is_set():
+                return
+            next_renewal = time.monotonic() + (self.renew_period_s() if renewed else retry_delay_s)
+
+    def _renew_once(self, timeout_s: float) -> bool:
+        """One renewal over the lease's Renew stream, (re)opening the stream if needed. A renewal
+        that gets no answer within `timeout_s` counts as failed, and its stream is dropped so that
+        a late answer cannot be mistaken for the next one's."""
+        with self._lock:
+            if self._released.is_set() or self.lost.is_set():
+                return False
+            sent_at = time.monotonic()
+            request = pb.RenewRequest(name=self.name, lease_id=self.lease_id, ttl_ms=0)
+            try:
+                if self._stream is None:
+                    self._stream = _RenewStream(self._stub)
+                response = self._stream.renew(request, timeout_s)
+            # ValueError: the client's channel was closed under the lease.
+            except (grpc.RpcError, _RenewStreamError, ValueError) as error:
+                if not self._released.is_set():  # else release() cancelled the stream on purpose
+                    logger.warning(
+                        "renewing lease %r failed: %s", self.name, _describe_error(error)
+                    )
+                self._close_stream()
+                return False
+            if response.WhichOneof("result") == "lost":
+                self._close_stream()
+                self._mark_lost(response.lost.reason)
+                return False
+            self.ttl_ms = response.renewed.ttl_ms
+            # The server moved the expiry a TTL past the moment it read our request, which is
+            # after we sent it: counting from `sent_at` errs on the safe side.
+            self._trusted_until = self._trust_deadline(sent_at)
+            return True
+
+    def _mark_lost(self, reason: str) -> None:
+        """Records why the lease is gone and sets `lost`. Call with `_lock` held."""
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+            logger.warning("lease %r (token %d) lost: %s", self.name, self.fencing_token, reason)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+class _RenewStreamError(Exception):
+    """A Renew stream ended, or did not answer in time, without a gRPC error status."""
+
+
+class _RenewStream:
+    """One bidi `Renew` call. A generator feeds gRPC the requests put on a queue; a reader thread
+    moves each answer (or the error that ended the call) onto another queue, so that the caller can
+    wait for the answer to its request with a timeout, which iterating the call cannot do."""
+
+    def __init__(self, stub: pb_grpc.LeaseServiceStub) -> None:
+        self._requests: queue.SimpleQueue[Optional[pb.RenewRequest]] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[pb.RenewResponse | Exception] = queue.SimpleQueue()
+        self._call = stub.Renew(self._request_iterator())
+        threading.Thread(target=self._read, name="leased-renew-reader", daemon=True).start()
+
+    def renew(self, request: pb.RenewRequest, timeout_s: float) -> pb.RenewResponse:
+        """Sends `request` and returns its answer (the server answers in order)."""
+        self._requests.put(request)
+        try:
+            answer = self._answers.get(timeout=max(timeout_s, 0.0))
+        except queue.Empty:
+            raise _RenewStreamError(f"no answer within {timeout_s:.3f} s") from None
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        """Half-closes the request side and cancels the call; the reader thread then ends."""
+        self._requests.put(None)
+        self._call.cancel()
+
+    def _request_iterator(self) -> Iterator[pb.RenewRequest]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def _read(self) -> None:
+        try:
+            for answer in self._call:
+                self._answers.put(answer)
+            self._answers.put(_RenewStreamError("the server ended the Renew stream"))
+        except grpc.RpcError as error:
+            self._answers.put(error)
+
+
+def _describe_error(error: Exception) -> str:
+    """A one-line description; a gRPC error's default text spans several lines of debug detail."""
+    if isinstance(error, grpc.Call):
+        return f"{error.code().name}: {error.details()}"
+    return str(error)
+
+
+class StaleTokenError(Exception):
+    """A write carried a fencing token smaller than one the resource has already seen."""
+
+
+class FencedResource:
+    """The check a resource protected by a lease makes: it remembers the largest fencing token seen
+    per lease name and rejects writes that carry a smaller one.
+
+    This is what makes a lease safe when its holder stalls (a GC pause, a partition) and wakes up
+    still believing it holds the lease: by then a new holder has written with a larger token, so
+    the stale holder's write is refused. In a real system the check runs inside the storage,
+    atomically with the write (a conditional UPDATE, a compare-and-set); here a lock does it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._highest_token: dict[str, int] = {}
+        self._values: dict[str, str] = {}
+
+    def write(self, name: str, fencing_token: int, value: str) -> None:
+        """Stores `value` under `name`, unless a larger token has written there before. An equal
+        token is accepted: the same holder writes many times under one lease."""
+        with self._lock:
+            highest = self._highest_token.get(name, 0)
+            if fencing_token < highest:
+                raise StaleTokenError(
+                    f"{name}: token {fencing_token} is older than token {highest}, "
+                    "which already wrote"
+                )
+            self._highest_token[name] = fencing_token
+            self._values[name] = value
+
+    def read(self, name: str) -> Optional[str]:
+        """The last accepted value for `name`, if any."""
+        with self._lock:
+            return self._values.get(name)

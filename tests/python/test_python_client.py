@@ -1,0 +1,271 @@
+"""The Python client in examples/python against the real `leased` binary and a real redis-server.
+
+Run from the repository root: `.venv/bin/pytest tests/python`. The `leased` binary comes from
+$LEASED_BIN, else target/debug/leased (built with `cargo build` if missing). Timing margins are
+generous: these tests must pass on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import grpc
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "python"
+sys.path.insert(0, str(EXAMPLES))
+
+from leased_client import (  # noqa: E402  (importing generates the stubs)
+    FencedResource,
+    Lease,
+    LeaseClient,
+    NotGranted,
+    StaleTokenError,
+)
+
+STARTUP_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Stack:
+    """A running redis-server and a leased serving from it."""
+
+    target: str
+    redis: subprocess.Popen[bytes]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Polls `condition` until it holds; fails the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (leased drains and exits 0), then SIGKILL if it takes too long."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def leased_binary() -> Path:
+    if "LEASED_BIN" in os.environ:
+        return Path(os.environ["LEASED_BIN"])
+    binary = REPO / "target" / "debug" / "leased"
+    if not binary.exists():
+        subprocess.run(["cargo", "build", "--bin", "leased"], cwd=REPO, check=True)
+    return binary
+
+
+def answers(process: subprocess.Popen[bytes], log: Path, check: Callable[[], object]) -> bool:
+    """True once `check` succeeds; fails the test at once if the process died meanwhile."""
+    if process.poll() is not None:
+        pytest.fail(f"{process.args[0]} exited with {process.returncode}:\n{log.read_text()}")
+    try:
+        check()
+        return True
+    except (OSError, grpc.RpcError):
+        return False
+
+
+def redis_ping(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(b"PING\r\n")
+        if not sock.recv(64).startswith(b"+PONG"):
+            raise ConnectionError("redis-server is not ready")
+
+
+@contextlib.contextmanager
+def running_stack(workdir: Path) -> Iterator[Stack]:
+    """Starts redis-server (no persistence) and leased on ephemeral loopback ports; stops both."""
+    redis_port, leased_port = free_port(), free_port()
+    redis_log, leased_log = workdir / "redis.log", workdir / "leased.log"
+    with contextlib.ExitStack() as cleanup:
+        redis = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
+             "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+            stdout=cleanup.enter_context(redis_log.open("wb")),
+            stderr=subprocess.STDOUT,
+        )
+        cleanup.callback(stop, redis)
+        wait_until(lambda: answers(redis, redis_log, lambda: redis_ping(redis_port)),
+                   STARTUP_TIMEOUT_S, "redis-server")
+
+        target = f"127.0.0.1:{leased_port}"
+        leased = subprocess.Popen(
+            [str(leased_binary()), "serve", "--listen", target,
+             "--redis-url", f"redis://127.0.0.1:{redis_port}"],
+            stdout=cleanup.enter_context(leased_log.open("wb")),
+            stderr=subprocess.STDOUT,
+        )
+        cleanup.callback(stop, leased)
+        client = cleanup.enter_context(LeaseClient(target, rpc_timeout_s=2.0))
+        wait_until(lambda: answers(leased, leased_log, lambda: client.describe("py-ready")),
+                   STARTUP_TIMEOUT_S, "leased to answer Describe")
+        yield Stack(target=target, redis=redis)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("leased")) as running:
+        yield running
+
+
+@pytest.fixture
+def clients(stack: Stack) -> Iterator[tuple[LeaseClient, LeaseClient, LeaseClient]]:
+    """Three independent clients (three channels), as three processes of a fleet would have."""
+    with contextlib.ExitStack() as opened:
+        a, b, c = (opened.enter_context(LeaseClient(stack.target)) for _ in range(3))
+        yield a, b, c
+
+
+def test_keepalive_holds_a_short_lease_until_it_is_released(clients) -> None:
+    holder, observer, _ = clients
+    lease = holder.acquire("py-keepalive", ttl_ms=600, wait_ms=5_000, holder="py-holder")
+    assert isinstance(lease, Lease)
+    try:
+        # Five TTLs: only the keepalive can keep the lease alive that long.
+        held_until = time.monotonic() + 3.0
+        while time.monotonic() < held_until:
+            info = observer.describe("py-keepalive")
+            assert (info.held, info.holder) == (True, "py-holder")
+            assert info.fencing_token == lease.fencing_token
+            assert not lease.lost.is_set(), lease.lost_reason
+            time.sleep(0.2)
+    finally:
+        released = lease.release()
+    assert released is True
+    assert lease.release() is False, "a second release is a no-op"
+    assert observer.describe("py-keepalive").held is False
+    assert not lease.lost.is_set()
+
+
+def test_busy_lease_is_not_granted_and_a_waiter_gets_it_with_a_larger_token(clients) -> None:
+    first_client, second_client, waiter_client = clients
+    name = "py-contended"
+    first = first_client.acquire(name, ttl_ms=10_000, holder="first")
+    assert isinstance(first, Lease)
+
+    busy = second_client.acquire(name, ttl_ms=10_000, wait_ms=0, holder="second")
+    assert busy == NotGranted(name, "first", first.fencing_token, busy.remaining_ms)
+    assert 0 < busy.remaining_ms <= 10_000
+
+    # The waiter's TTL is shorter than its wait: the client cannot count its trust from the
+    # request, and must confirm the grant by renewing before the keepalive takes over.
+    seen: list[NotGranted] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(
+            waiter_client.acquire, name, ttl_ms=600, wait_ms=20_000, holder="waiter",
+            on_waiting=seen.append,
+        )
+        wait_until(lambda: bool(seen), 10, "the server to report that the waiter waits")
+        assert (seen[0].holder, seen[0].fencing_token) == ("first", first.fencing_token)
+        time.sleep(1.0)
+        assert not waiting.done()
+        assert first.release() is True
+        waiter = waiting.result(timeout=10)
+
+    assert isinstance(waiter, Lease)
+    assert waiter.fencing_token > first.fencing_token
+    time.sleep(1.5)  # beyond its TTL: held only thanks to the keepalive
+    assert not waiter.lost.is_set(), waiter.lost_reason
+    info = second_client.describe(name)
+    assert (info.held, info.holder, info.fencing_token) == (True, "waiter", waiter.fencing_token)
+    assert waiter.release() is True
+
+
+def test_takeover_sets_lost_and_the_resource_fences_off_the_old_holder(clients) -> None:
+    stalled_client, new_client, _ = clients
+    name = "py-takeover"
+    resource = FencedResource()
+    # No keepalive: this holder stalls (think GC pause) and renews only when it wakes up.
+    stalled = stalled_client.acquire(name, ttl_ms=300, keepalive=False, holder="stalled")
+    assert isinstance(stalled, Lease)
+    resource.write(name, stalled.fencing_token, "from the stalled holder")
+
+    time.sleep(1.0)  # well past the 300 ms TTL
+    new = new_client.acquire(name, ttl_ms=10_000, wait_ms=5_000, holder="new")
+    assert isinstance(new, Lease)
+    assert new.fencing_token > stalled.fencing_token
+    resource.write(name, new.fencing_token, "from the new holder")
+
+    # The stalled holder wakes up: its renewal answers lost, and the resource refuses its write.
+    assert not stalled.lost.is_set()
+    assert stalled.renew() is False
+    assert stalled.lost.is_set()
+    assert stalled.lost_reason in ("held by another holder", "expired or released")
+    with pytest.raises(StaleTokenError):
+        resource.write(name, stalled.fencing_token, "late write from the stalled holder")
+    assert resource.read(name) == "from the new holder"
+
+    assert stalled.release() is False
+    assert new.release() is True
+
+
+def test_lost_fires_before_the_ttl_when_renewals_fail(tmp_path: Path) -> None:
+    ttl_ms, margin_ms = 2_000, 800
+    with running_stack(tmp_path) as own, LeaseClient(own.target) as client:
+        lease = client.acquire("py-unreachable", ttl_ms=ttl_ms, safety_margin_ms=margin_ms)
+        assert isinstance(lease, Lease)
+        time.sleep(1.0)  # at least one renewal has gone through
+        assert not lease.lost.is_set(), lease.lost_reason
+
+        # Freeze Redis: renewals now fail. No renewal sent after this moment can succeed, so the
+        # server keeps the lease at most a TTL past it; the holder must give up before that.
+        own.redis.send_signal(signal.SIGSTOP)
+        try:
+            frozen_at = time.monotonic()
+            assert lease.lost.wait(timeout=10), "lost never fired"
+            gave_up_after_s = time.monotonic() - frozen_at
+        finally:
+            own.redis.send_signal(signal.SIGCONT)
+        assert gave_up_after_s < ttl_ms / 1000, f"lost fired only after {gave_up_after_s:.3f} s"
+        assert lease.lost_reason == "no renewal succeeded before the lease could expire"
+
+        # Redis is back: the server answers again without a restart.
+        wait_until(lambda: answers(own.redis, tmp_path / "redis.log",
+                                   lambda: client.describe("py-unreachable")),
+                   20, "leased to recover after Redis resumed")
+        lease.release()
+
+
+def test_bad_input_is_invalid_argument_naming_the_field(clients) -> None:
+    client, _, _ = clients
+    with pytest.raises(grpc.RpcError) as raised:
+        client.acquire("py bad name", ttl_ms=1_000)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "name" in raised.value.details()
+
+
+def test_example_runs_against_the_server(stack: Stack) -> None:
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "example.py"), "--target", stack.target,
+         "--name", "py-example", "--ttl-ms", "1500", "--hold-s", "2"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    for line in ("granted: fencing token", "rejected stale write", "still held", "released: True"):
+        assert line in run.stdout, run.stdout
