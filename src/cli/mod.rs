@@ -86,12 +86,12 @@ impl EndpointArgs {
     }
 }
 
-/// `leased acquire`.
+/// The lease to ask for: shared by `acquire` and `run`.
 #[derive(Args, Debug)]
-pub struct AcquireArgs {
+pub struct LeaseArgs {
     /// The lease's name.
     pub name: String,
-    /// How long the lease lasts without a renewal (e.g. 30s).
+    /// How long the lease lasts without a renewal (e.g. 30s); `run` renews it every third.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub ttl: Duration,
     /// How long to wait if it is busy (e.g. 10s); 0 tries once.
@@ -100,6 +100,22 @@ pub struct AcquireArgs {
     /// Who is asking, shown by describe (default: hostname/pid).
     #[arg(long)]
     pub holder: Option<String>,
+}
+
+impl LeaseArgs {
+    /// The acquire options these flags describe.
+    pub fn options(&self) -> AcquireOptions {
+        AcquireOptions::new(self.ttl)
+            .wait(self.wait)
+            .holder(self.holder.clone().unwrap_or_else(default_holder))
+    }
+}
+
+/// `leased acquire`.
+#[derive(Args, Debug)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -151,10 +167,10 @@ pub async fn run_client(command: Command) -> ExitCode {
 
 async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
     let client = args.endpoint.connect().await?;
-    let options = AcquireOptions::new(args.ttl)
-        .wait(args.wait)
-        .holder(args.holder.unwrap_or_else(default_holder));
-    match client.acquire_once(&args.name, &options).await? {
+    match client
+        .acquire_once(&args.lease.name, &args.lease.options())
+        .await?
+    {
         Ok(grant) => {
             if args.json {
                 let json = serde_json::json!({
@@ -178,7 +194,7 @@ async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
             Ok(ExitCode::SUCCESS)
         }
         Err(holder) => {
-            print_holder(&args.name, "not_granted", Some(&holder), args.json);
+            print_holder(&args.lease.name, "not_granted", Some(&holder), args.json);
             Ok(ExitCode::from(exit_code::NOT_GRANTED))
         }
     }

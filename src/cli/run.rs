@@ -8,23 +8,14 @@ use tokio::{
     signal::unix::{Signal, SignalKind, signal},
 };
 
-use super::{EndpointArgs, exit_code};
-use crate::client::{AcquireOptions, Acquired, LostReason, default_holder};
+use super::{EndpointArgs, LeaseArgs, exit_code};
+use crate::client::{Acquired, LostReason};
 
 /// `leased run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The lease's name.
-    pub name: String,
-    /// The lease's TTL; it is renewed every third of it while CMD runs (e.g. 15s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub ttl: Duration,
-    /// How long to wait if the lease is busy (e.g. 1m); 0 tries once.
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub wait: Duration,
-    /// Who is asking, shown by describe (default: hostname/pid).
-    #[arg(long)]
-    pub holder: Option<String>,
+    #[command(flatten)]
+    pub lease: LeaseArgs,
     /// After the lease is lost, how long CMD has between SIGTERM and SIGKILL.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub kill_after: Duration,
@@ -50,15 +41,13 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
         Ok(client) => client,
         Err(error) => return fail(&error.to_string()),
     };
-    let options = AcquireOptions::new(args.ttl)
-        .wait(args.wait)
-        .holder(args.holder.clone().unwrap_or_else(default_holder));
-    let guard = match client.acquire(&args.name, options).await {
+    let name = &args.lease.name;
+    let guard = match client.acquire(name, args.lease.options()).await {
         Ok(Acquired::Granted(guard)) => guard,
         Ok(Acquired::NotGranted(holder)) => {
             eprintln!(
                 "leased run: {} is held by {:?} (fencing token {}); not running the command",
-                args.name, holder.holder, holder.fencing_token
+                name, holder.holder, holder.fencing_token
             );
             return ExitCode::from(exit_code::NOT_GRANTED);
         }
@@ -99,7 +88,7 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
                     Err(error) => return fail(&format!("waiting for the command: {error}")),
                 };
                 if let Err(error) = guard.release().await {
-                    eprintln!("leased run: could not release {} (it expires at its TTL): {error}", args.name);
+                    eprintln!("leased run: could not release {} (it expires at its TTL): {error}", name);
                 }
                 return ExitCode::from(code);
             }
