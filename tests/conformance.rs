@@ -345,26 +345,14 @@ async fn waiter_is_granted_right_after_release(server: &Leased) {
     for _ in 0..20 {
         let held = must_acquire(&mut holder_client, "handoff", 30_000).await;
         let mut waiter_client = server.client().await;
-        let mut stream = waiter_client
-            .acquire(AcquireRequest {
-                name: "handoff".into(),
-                holder: "waiter".into(),
-                ttl_ms: 30_000,
-                wait_ms: 20_000,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let first = stream.next().await.unwrap().unwrap().result.unwrap();
-        let acquire_response::Result::Waiting(waiting) = first else {
-            panic!("expected waiting first, got {first:?}");
-        };
+        let (mut stream, waiting) =
+            start_waiting(&mut waiter_client, "handoff", "waiter", 20_000).await;
         assert_eq!(waiting.fencing_token, held.fencing_token);
         assert_eq!(waiting.holder, "test");
 
         assert!(release(&mut holder_client, &held).await);
         let released_at = Instant::now();
-        let terminal = stream.next().await.unwrap().unwrap().result.unwrap();
+        let terminal = next_result(&mut stream).await;
         let handoff = released_at.elapsed();
         let acquire_response::Result::Granted(granted) = terminal else {
             panic!("expected granted, got {terminal:?}");
@@ -430,18 +418,7 @@ async fn cancelled_waiter_never_holds_the_lease(server: &Leased) {
     for _ in 0..5 {
         let held = must_acquire(&mut client, "cancelled", 30_000).await;
         let mut waiter = server.client().await;
-        let mut stream = waiter
-            .acquire(AcquireRequest {
-                name: "cancelled".into(),
-                holder: "gives-up".into(),
-                ttl_ms: 30_000,
-                wait_ms: 20_000,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let first = stream.next().await.unwrap().unwrap().result.unwrap();
-        assert!(matches!(first, acquire_response::Result::Waiting(_)));
+        let (stream, _) = start_waiting(&mut waiter, "cancelled", "gives-up", 20_000).await;
         drop(stream);
         drop(waiter);
         tokio::time::sleep(Duration::from_millis(100)).await;

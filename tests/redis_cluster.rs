@@ -10,8 +10,7 @@ use std::{
 };
 
 use common::*;
-use leased::proto::{AcquireRequest, acquire_response};
-use tokio_stream::StreamExt;
+use leased::proto::acquire_response;
 
 /// Three cluster-enabled redis-servers joined by `redis-cli --cluster create`, killed on drop.
 struct RedisCluster {
@@ -139,24 +138,10 @@ async fn leases_work_on_a_redis_cluster() {
     }
 
     let held = must_acquire(&mut client_b, "cluster/handoff", 30_000).await;
-    let mut waiter = client_a
-        .acquire(AcquireRequest {
-            name: "cluster/handoff".into(),
-            holder: "on-a".into(),
-            ttl_ms: 30_000,
-            wait_ms: 20_000,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let first = waiter.next().await.unwrap().unwrap().result.unwrap();
-    assert!(
-        matches!(first, acquire_response::Result::Waiting(_)),
-        "{first:?}"
-    );
+    let (mut waiter, _) = start_waiting(&mut client_a, "cluster/handoff", "on-a", 20_000).await;
     assert!(release(&mut client_b, &held).await);
     let released_at = Instant::now();
-    let terminal = waiter.next().await.unwrap().unwrap().result.unwrap();
+    let terminal = next_result(&mut waiter).await;
     assert!(
         matches!(terminal, acquire_response::Result::Granted(_)),
         "{terminal:?}"

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leased::proto::{AcquireRequest, RenewRequest, acquire_response};
+use leased::proto::{RenewRequest, acquire_response};
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -27,24 +27,10 @@ async fn waiter_on_one_replica_wakes_on_release_through_another() {
     let mut handoffs = Vec::new();
     for _ in 0..10 {
         let held = must_acquire(&mut client_b, "cross-replica", 30_000).await;
-        let mut stream = client_a
-            .acquire(AcquireRequest {
-                name: "cross-replica".into(),
-                holder: "on-a".into(),
-                ttl_ms: 30_000,
-                wait_ms: 20_000,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let first = stream.next().await.unwrap().unwrap().result.unwrap();
-        assert!(
-            matches!(first, acquire_response::Result::Waiting(_)),
-            "{first:?}"
-        );
+        let (mut stream, _) = start_waiting(&mut client_a, "cross-replica", "on-a", 20_000).await;
         assert!(release(&mut client_b, &held).await);
         let released_at = Instant::now();
-        let terminal = stream.next().await.unwrap().unwrap().result.unwrap();
+        let terminal = next_result(&mut stream).await;
         handoffs.push(released_at.elapsed());
         let acquire_response::Result::Granted(granted) = terminal else {
             panic!("expected granted, got {terminal:?}");
@@ -243,20 +229,7 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
     let mut client = server.client().await;
     let held = must_acquire(&mut client, "draining", 60_000).await;
 
-    let mut waiter = client
-        .acquire(AcquireRequest {
-            name: "draining".into(),
-            holder: "waiter".into(),
-            ttl_ms: 5_000,
-            wait_ms: 60_000,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(matches!(
-        waiter.next().await.unwrap().unwrap().result,
-        Some(acquire_response::Result::Waiting(_))
-    ));
+    let (mut waiter, _) = start_waiting(&mut client, "draining", "waiter", 60_000).await;
     let (renewals, receiver) = tokio::sync::mpsc::channel(1);
     let mut renew_stream = client
         .renew(tokio_stream::wrappers::ReceiverStream::new(receiver))

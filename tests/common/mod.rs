@@ -16,7 +16,7 @@ use leased::{
     config::ServeConfig,
     proto::{
         AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, Granted,
-        ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
+        ReleaseRequest, RenewRequest, RenewResponse, Waiting, acquire_response,
         lease_service_client::LeaseServiceClient,
     },
     shutdown::{Shutdown, ShutdownTrigger},
@@ -342,6 +342,44 @@ pub async fn acquire_all(
         messages.push(result.expect("AcquireResponse without a result"));
     }
     Ok(messages)
+}
+
+/// Starts an `Acquire` that waits up to `wait_ms` (TTL 30 s) for a busy lease and returns once
+/// the server reports that it waits: the stream, whose next message is the terminal one, and the
+/// `waiting` message. Panics if the first message is anything else.
+pub async fn start_waiting(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    holder: &str,
+    wait_ms: i64,
+) -> (tonic::Streaming<AcquireResponse>, Waiting) {
+    let mut stream = client
+        .acquire(AcquireRequest {
+            name: name.into(),
+            holder: holder.into(),
+            ttl_ms: 30_000,
+            wait_ms,
+        })
+        .await
+        .expect("Acquire failed")
+        .into_inner();
+    match next_result(&mut stream).await {
+        acquire_response::Result::Waiting(waiting) => (stream, waiting),
+        other => panic!("expected waiting first, got {other:?}"),
+    }
+}
+
+/// The next message of an Acquire stream, which must be there and be a success.
+pub async fn next_result(
+    stream: &mut tonic::Streaming<AcquireResponse>,
+) -> acquire_response::Result {
+    stream
+        .next()
+        .await
+        .expect("Acquire stream ended early")
+        .expect("Acquire stream failed")
+        .result
+        .expect("AcquireResponse without a result")
 }
 
 /// Acquire's terminal result: `Some(granted)` or `None` for not_granted. Panics on a malformed stream.
