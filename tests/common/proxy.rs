@@ -8,6 +8,10 @@
 //!   that lost bytes is closed when the black hole ends (as TCP would give up on it): a byte stream
 //!   with a hole in it must never be delivered.
 //! - [`Fault::Cut`]: every open connection is closed and new ones are refused (nothing listens).
+//!
+//! Independently of the mode, [`FaultProxy::block_replication`] closes every connection that
+//! speaks Redis's replication protocol (its client sent `REPLCONF` or `PSYNC`): a replica behind
+//! the proxy stops receiving writes while every other client is served as usual.
 
 use std::{
     net::SocketAddr,
@@ -42,6 +46,7 @@ pub enum Fault {
 pub struct FaultProxy {
     pub port: u16,
     mode: watch::Sender<Fault>,
+    replication_blocked: watch::Sender<bool>,
     stats: Arc<ProxyStats>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -62,6 +67,7 @@ impl FaultProxy {
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
         let (mode, mode_rx) = watch::channel(Fault::Pass);
+        let (replication_blocked, blocked_rx) = watch::channel(false);
         let (stop, stop_rx) = oneshot::channel();
         let stats = Arc::new(ProxyStats::default());
         let thread_stats = stats.clone();
@@ -75,7 +81,7 @@ impl FaultProxy {
                 runtime.block_on(async move {
                     let listener = TcpListener::from_std(listener).unwrap();
                     tokio::select! {
-                        _ = accept_loop(listener, port, upstream, mode_rx, thread_stats) => {}
+                        _ = accept_loop(listener, port, upstream, mode_rx, blocked_rx, thread_stats) => {}
                         _ = stop_rx => {}
                     }
                 });
@@ -85,6 +91,7 @@ impl FaultProxy {
         FaultProxy {
             port,
             mode,
+            replication_blocked,
             stats,
             stop: Some(stop),
             thread: Some(thread),
@@ -103,6 +110,11 @@ impl FaultProxy {
 
     pub fn fault(&self) -> Fault {
         *self.mode.borrow()
+    }
+
+    /// While `true`, connections that speak the replication protocol are closed.
+    pub fn block_replication(&self, blocked: bool) {
+        self.replication_blocked.send_replace(blocked);
     }
 
     pub fn stats(&self) -> &ProxyStats {
@@ -126,6 +138,7 @@ async fn accept_loop(
     port: u16,
     upstream: SocketAddr,
     mut mode: watch::Receiver<Fault>,
+    blocked: watch::Receiver<bool>,
     stats: Arc<ProxyStats>,
 ) {
     let mut listener = Some(first_listener);
@@ -154,7 +167,13 @@ async fn accept_loop(
                     if let Ok((socket, _)) = accepted {
                         let _ = socket.set_nodelay(true);
                         stats.connections.fetch_add(1, Ordering::Relaxed);
-                        tokio::spawn(connection(socket, upstream, mode.clone(), stats.clone()));
+                        tokio::spawn(connection(
+                            socket,
+                            upstream,
+                            mode.clone(),
+                            blocked.clone(),
+                            stats.clone(),
+                        ));
                     }
                 }
                 changed = mode.changed() => {
@@ -175,6 +194,7 @@ async fn connection(
     client: TcpStream,
     upstream: SocketAddr,
     mut mode: watch::Receiver<Fault>,
+    mut blocked: watch::Receiver<bool>,
     stats: Arc<ProxyStats>,
 ) {
     let broken = Arc::new(AtomicBool::new(false));
@@ -207,11 +227,13 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let (client_reader, client_writer) = client.into_split();
     let (server_reader, server_writer) = server.into_split();
+    let replication = Arc::new(AtomicBool::new(false));
     let upstream_pump = pump(
         client_reader,
         server_writer,
         mode.clone(),
         broken.clone(),
+        Some((replication.clone(), blocked.clone())),
         stats.clone(),
     );
     let downstream_pump = pump(
@@ -219,6 +241,7 @@ async fn connection(
         client_writer,
         mode.clone(),
         broken.clone(),
+        None,
         stats.clone(),
     );
     tokio::select! {
@@ -227,7 +250,29 @@ async fn connection(
         _ = until_fault_ends(&mut mode, &broken) => {
             stats.connections_closed_by_fault.fetch_add(1, Ordering::Relaxed);
         }
+        _ = until_replication_blocked(&mut blocked, &replication) => {
+            stats.connections_closed_by_fault.fetch_add(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// Resolves when replication is blocked and this connection is a replication link.
+async fn until_replication_blocked(blocked: &mut watch::Receiver<bool>, replication: &AtomicBool) {
+    loop {
+        if *blocked.borrow_and_update() && replication.load(Ordering::SeqCst) {
+            return;
+        }
+        if blocked.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Whether a chunk a client sent is part of Redis's replication handshake or stream.
+fn speaks_replication(chunk: &[u8]) -> bool {
+    [b"REPLCONF".as_slice(), b"PSYNC".as_slice()]
+        .iter()
+        .any(|marker| chunk.windows(marker.len()).any(|window| window == *marker))
 }
 
 /// Resolves when this connection must be closed: the link is cut, or a black hole that ate some
@@ -252,6 +297,7 @@ async fn pump(
     mut to: OwnedWriteHalf,
     mode: watch::Receiver<Fault>,
     broken: Arc<AtomicBool>,
+    replication: Option<(Arc<AtomicBool>, watch::Receiver<bool>)>,
     stats: Arc<ProxyStats>,
 ) {
     let (chunks, mut pending) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
@@ -262,6 +308,14 @@ async fn pump(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            if let Some((is_replication, blocked)) = &replication {
+                if speaks_replication(&buffer[..n]) {
+                    is_replication.store(true, Ordering::SeqCst);
+                }
+                if is_replication.load(Ordering::SeqCst) && *blocked.borrow() {
+                    return; // never forwarded: the connection closes
+                }
+            }
             let fault = *mode.borrow();
             if broken.load(Ordering::SeqCst) {
                 stats.chunks_dropped.fetch_add(1, Ordering::Relaxed);

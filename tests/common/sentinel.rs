@@ -1,8 +1,12 @@
 //! Redis Sentinel on loopback: one master, one replica and three sentinels from Debian's
 //! `redis-server` / `redis-sentinel`, on ephemeral ports, with fast failover settings
-//! (`down-after-milliseconds` 1000, `failover-timeout` 5000). The replica follows the master
-//! through a [`FaultProxy`], so a test can cut replication and make the replica miss writes
-//! before the master dies.
+//! (`down-after-milliseconds` 1000, `failover-timeout` 5000).
+//!
+//! The first master is known to everyone (sentinels, replica, `leased`) by the address of a
+//! [`FaultProxy`] in front of it, so that a test can block replication alone: the replica then
+//! misses every write the master still accepts, as an asynchronous replica that lags does when its
+//! master dies. (A replica pointed at a proxy the sentinels do not know would be "fixed" by them
+//! to follow the master's real address.)
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -12,11 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    free_port,
-    proxy::{Fault, FaultProxy},
-    wait_until,
-};
+use super::{free_port, proxy::FaultProxy, wait_until};
 
 /// The monitored service name.
 pub const SERVICE: &str = "mymaster";
@@ -102,6 +102,8 @@ fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Resp> {
 /// One `redis-server` or `redis-sentinel` process.
 struct Node {
     port: u16,
+    /// The port everyone else uses for it (the proxy's, for the first master).
+    known_as: u16,
     process: Option<Child>,
 }
 
@@ -120,13 +122,12 @@ impl Drop for Node {
     }
 }
 
-/// Two Redis nodes (at first a master and its replica, which follows through a proxy) and three
-/// sentinels.
+/// Two Redis nodes (at first a master, behind a proxy, and its replica) and three sentinels.
 pub struct SentinelSet {
     nodes: Vec<Node>,
     sentinels: Vec<Node>,
-    /// The first replica's link to the first master.
-    pub replication_link: FaultProxy,
+    /// In front of the first master.
+    pub master_proxy: FaultProxy,
     dir: PathBuf,
 }
 
@@ -145,6 +146,7 @@ fn redis_server(port: u16, extra: &[&str]) -> Node {
     );
     Node {
         port,
+        known_as: port,
         process: Some(child),
     }
 }
@@ -153,10 +155,11 @@ impl SentinelSet {
     /// Starts everything and waits until the three sentinels know the replica and each other, so
     /// that a failover can be agreed on.
     pub fn start() -> Self {
-        let master = redis_server(free_port(), &[]);
-        let replication_link = FaultProxy::start(([127, 0, 0, 1], master.port).into());
-        let link_port = replication_link.port.to_string();
-        let replica = redis_server(free_port(), &["--replicaof", "127.0.0.1", &link_port]);
+        let mut master = redis_server(free_port(), &[]);
+        let master_proxy = FaultProxy::start(([127, 0, 0, 1], master.port).into());
+        master.known_as = master_proxy.port;
+        let master_address = master.known_as.to_string();
+        let replica = redis_server(free_port(), &["--replicaof", "127.0.0.1", &master_address]);
         wait_until("the replica to sync", Duration::from_secs(15), || {
             info_field(replica.port, "replication", "master_link_status").as_deref() == Some("up")
         });
@@ -167,6 +170,7 @@ impl SentinelSet {
             master.port
         ));
         std::fs::create_dir_all(&dir).unwrap();
+        let monitored = master.known_as;
         let sentinels = (0..3)
             .map(|index| {
                 let port = free_port();
@@ -181,7 +185,7 @@ impl SentinelSet {
                          sentinel failover-timeout {SERVICE} 5000\n\
                          sentinel parallel-syncs {SERVICE} 1\n",
                         dir = dir.display(),
-                        master = master.port,
+                        master = monitored,
                     ),
                 )
                 .unwrap();
@@ -192,6 +196,7 @@ impl SentinelSet {
                     .expect("redis-sentinel is not installed (apt-get install redis-sentinel)");
                 Node {
                     port,
+                    known_as: port,
                     process: Some(child),
                 }
             })
@@ -199,7 +204,7 @@ impl SentinelSet {
         let set = SentinelSet {
             nodes: vec![master, replica],
             sentinels,
-            replication_link,
+            master_proxy,
             dir,
         };
         set.wait_for_quorum();
@@ -248,42 +253,57 @@ impl SentinelSet {
         address.get(1)?.as_str()?.parse().ok()
     }
 
-    /// The port of the node that is not `port`.
+    /// The address (port) of the node that is not `port`.
     pub fn other_port(&self, port: u16) -> u16 {
         self.nodes
             .iter()
-            .map(|node| node.port)
+            .map(|node| node.known_as)
             .find(|other| *other != port)
             .expect("two nodes")
     }
 
-    /// Stops the first replication link: the replica misses every write from now on.
+    /// Blocks replication from the first master: the replica misses every write from now on.
     pub fn cut_replication(&self) {
-        self.replication_link.set(Fault::Cut);
+        self.master_proxy.block_replication(true);
     }
 
-    /// SIGKILL to the current master; returns its port.
+    /// SIGKILL to the current master; returns its address (port).
     pub fn kill_master(&mut self) -> u16 {
         let port = self.reported_master_port().expect("no master reported");
         let node = self
             .nodes
             .iter_mut()
-            .find(|node| node.port == port)
+            .find(|node| node.known_as == port)
             .expect("the master is one of our nodes");
         node.kill();
         port
     }
 
-    /// Starts the killed node `port` again, empty, as a replica of the current master.
+    /// Starts the killed node known as `port` again, empty, as a replica of the current master.
     pub fn restart_as_replica(&mut self, port: u16) {
+        self.master_proxy.block_replication(false);
         let master = self.other_port(port).to_string();
         let node = self
             .nodes
             .iter_mut()
-            .find(|node| node.port == port)
+            .find(|node| node.known_as == port)
             .expect("one of our nodes");
         assert!(node.process.is_none(), "node {port} is still running");
-        *node = redis_server(port, &["--replicaof", "127.0.0.1", &master]);
+        let known_as = node.known_as;
+        // Announce the address everyone knows it by, or the master would list it under its real
+        // port and the sentinels would track it twice.
+        let announce = known_as.to_string();
+        *node = redis_server(
+            node.port,
+            &[
+                "--replicaof",
+                "127.0.0.1",
+                &master,
+                "--replica-announce-port",
+                &announce,
+            ],
+        );
+        node.known_as = known_as;
         wait_until(
             "the restarted node to sync",
             Duration::from_secs(15),
@@ -292,8 +312,8 @@ impl SentinelSet {
         self.wait_for_quorum();
     }
 
-    /// Waits until the sentinels report `port` as the master and it has taken the role; returns
-    /// how long that took.
+    /// Waits until the sentinels report the node known as `port` as the master and it has taken
+    /// the role; returns how long that took.
     pub fn wait_for_master(&self, port: u16, timeout: Duration) -> Duration {
         let start = Instant::now();
         wait_until("the sentinels to promote the replica", timeout, || {

@@ -1,0 +1,1201 @@
+//! Bad input and the limits that protect the server, beyond the field table of `conformance.rs`:
+//! - raw protobuf bytes no generated client would send (oversized, invalid UTF-8, unknown
+//!   fields, wrong wire types, truncated), per RPC, against the real binary: the documented code
+//!   each time and the process stays alive;
+//! - property tests over `leased::lease::limits` and over the store boundary (both stores);
+//! - HTTP/2 streams per connection, waiters per name, leases per Renew stream;
+//! - load: 5,000 Renew streams and 500 blocked waiters on one process, memory and descriptors
+//!   bounded, and SIGTERM under that load drains and exits 0.
+//!
+//! What a client sees for each (a gRPC server decides some of these codes, not leased):
+//!
+//! | input | answer |
+//! |---|---|
+//! | a request message larger than `--max-message-bytes` (16 KiB) | `OUT_OF_RANGE` (tonic's decoder) |
+//! | a request of exactly the limit | accepted |
+//! | a `string` field with invalid UTF-8, a wrong wire type, a truncated message | `INTERNAL` (tonic maps protobuf decode errors to INTERNAL, as gRPC's status-code guide says) |
+//! | unknown fields | ignored (proto3): the request is served |
+//! | more than `--max-concurrent-streams` streams on one connection | the extra call waits in the client (HTTP/2 flow control) until a stream ends; no error |
+//! | more than `--max-waiters-per-name` waiters on one name | `RESOURCE_EXHAUSTED` |
+//! | more than `--max-leases-per-stream` leases on one Renew stream | `RESOURCE_EXHAUSTED`, the stream ends |
+
+mod common;
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use common::{
+    process::{LeasedProcess, log_dir, open_fds, raise_fd_limit, rss_kib},
+    *,
+};
+use futures::{StreamExt as _, stream};
+use leased::{
+    lease::{
+        Limits,
+        limits::{
+            MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES, parse_lease_id, parse_name,
+        },
+    },
+    proto::{
+        AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, ReleaseRequest,
+        ReleaseResponse, RenewRequest, RenewResponse, acquire_response,
+        lease_service_client::LeaseServiceClient, renew_response,
+    },
+};
+use proptest::{prelude::*, test_runner::TestRunner};
+use prost::{
+    Message,
+    bytes::{Buf, BufMut},
+    encoding::{WireType, encode_key, encode_varint},
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{
+    Code, Status,
+    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    codegen::http::uri::PathAndQuery,
+    transport::Channel,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Raw gRPC: a codec that sends and receives message bytes as they are.
+
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+
+#[derive(Clone, Copy, Default)]
+struct RawEncoder;
+
+#[derive(Clone, Copy, Default)]
+struct RawDecoder;
+
+impl Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawDecoder {
+    type Item = Vec<u8>;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+/// A gRPC client that sends hand-encoded messages.
+struct RawClient(tonic::client::Grpc<Channel>);
+
+impl RawClient {
+    async fn connect(endpoint: String) -> Self {
+        let channel = Channel::from_shared(endpoint)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        RawClient(tonic::client::Grpc::new(channel))
+    }
+
+    fn path(method: &str) -> PathAndQuery {
+        PathAndQuery::try_from(format!("/lease.v1.LeaseService/{method}")).unwrap()
+    }
+
+    async fn unary(&mut self, method: &str, message: Vec<u8>) -> Result<Vec<u8>, Status> {
+        self.0.ready().await.unwrap();
+        let response = self
+            .0
+            .unary(tonic::Request::new(message), Self::path(method), RawCodec)
+            .await?;
+        Ok(response.into_inner())
+    }
+
+    /// Every message of a server stream, or the first error.
+    async fn server_stream(
+        &mut self,
+        method: &str,
+        message: Vec<u8>,
+    ) -> Result<Vec<Vec<u8>>, Status> {
+        self.0.ready().await.unwrap();
+        let mut responses = self
+            .0
+            .server_streaming(tonic::Request::new(message), Self::path(method), RawCodec)
+            .await?
+            .into_inner();
+        let mut messages = Vec::new();
+        while let Some(message) = responses.message().await? {
+            messages.push(message);
+        }
+        Ok(messages)
+    }
+
+    /// Sends `messages` on a bidi stream and half-closes; returns every answer and how the stream
+    /// ended (`None`: status OK).
+    async fn bidi(
+        &mut self,
+        method: &str,
+        messages: Vec<Vec<u8>>,
+    ) -> (Vec<Vec<u8>>, Option<Status>) {
+        self.0.ready().await.unwrap();
+        let requests = tokio_stream::iter(messages);
+        let mut responses = match self
+            .0
+            .streaming(tonic::Request::new(requests), Self::path(method), RawCodec)
+            .await
+        {
+            Ok(response) => response.into_inner(),
+            Err(status) => return (Vec::new(), Some(status)),
+        };
+        let mut answers = Vec::new();
+        loop {
+            match responses.message().await {
+                Ok(Some(answer)) => answers.push(answer),
+                Ok(None) => return (answers, None),
+                Err(status) => return (answers, Some(status)),
+            }
+        }
+    }
+}
+
+/// Hand-encoded protobuf fields.
+fn bytes_field(number: u32, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(number, WireType::LengthDelimited, &mut out);
+    encode_varint(value.len() as u64, &mut out);
+    out.extend_from_slice(value);
+    out
+}
+
+fn varint_field(number: u32, value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(number, WireType::Varint, &mut out);
+    encode_varint(value, &mut out);
+    out
+}
+
+fn fixed64_field(number: u32, value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_key(number, WireType::SixtyFourBit, &mut out);
+    out.extend_from_slice(&value.to_le_bytes());
+    out
+}
+
+/// Unknown fields a newer client might send: a varint, a length-delimited and a fixed64 one.
+fn unknown_fields() -> Vec<u8> {
+    [
+        varint_field(15, 42),
+        bytes_field(99, b"from a newer client"),
+        fixed64_field(2000, 7),
+    ]
+    .concat()
+}
+
+/// `message` padded with an unknown length-delimited field to exactly `total` bytes.
+fn padded_to(message: Vec<u8>, total: usize) -> Vec<u8> {
+    let key_len = 2; // field 1000: (1000 << 3 | 2) takes two varint bytes
+    let len_len = 2; // payloads from 128 to 16383 bytes take two varint bytes
+    let payload = total - message.len() - key_len - len_len;
+    let padded = [message, bytes_field(1000, &vec![b'x'; payload])].concat();
+    assert_eq!(padded.len(), total, "padding arithmetic");
+    padded
+}
+
+const INVALID_UTF8: &[u8] = b"bad-\xff\xfe-utf8";
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// What a row of the table expects.
+#[derive(Debug)]
+enum Expect {
+    /// Served normally.
+    Served,
+    /// Refused with this code.
+    Refused(Code),
+}
+
+fn acquire_bytes(name: &[u8], holder: &[u8]) -> Vec<u8> {
+    [
+        bytes_field(1, name),
+        bytes_field(2, holder),
+        varint_field(3, 5_000),
+        varint_field(4, 0),
+    ]
+    .concat()
+}
+
+fn renew_bytes(name: &[u8], lease_id: &[u8]) -> Vec<u8> {
+    [
+        bytes_field(1, name),
+        bytes_field(2, lease_id),
+        varint_field(3, 0),
+    ]
+    .concat()
+}
+
+fn two_string_fields(first: &[u8], second: &[u8]) -> Vec<u8> {
+    [bytes_field(1, first), bytes_field(2, second)].concat()
+}
+
+/// Every row of the raw-input table, per RPC, against the real binary on Redis: the answer is
+/// the documented one, and the process keeps serving after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_messages_get_the_documented_code_and_the_server_lives() {
+    let redis = RedisServer::start();
+    let log = log_dir("limits-raw").join("leased.log");
+    let mut server = LeasedProcess::spawn(&redis.url(), &[], &log, "warn").await;
+    let mut raw = RawClient::connect(server.endpoint()).await;
+    let mut client = server.client().await;
+    let oversized = vec![b'n'; MAX_MESSAGE_BYTES + 1];
+    let mut rows = 0;
+
+    // Acquire (server stream).
+    let acquire_rows: Vec<(&str, Vec<u8>, Expect)> = vec![
+        (
+            "invalid UTF-8 in name",
+            acquire_bytes(INVALID_UTF8, b"h"),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "invalid UTF-8 in holder",
+            acquire_bytes(b"raw/a1", INVALID_UTF8),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "name sent as a varint (wrong wire type)",
+            [varint_field(1, 7), varint_field(3, 5_000)].concat(),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "truncated message",
+            acquire_bytes(b"raw/a2", b"h")[..5].to_vec(),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "unknown fields",
+            [acquire_bytes(b"raw/a3", b"h"), unknown_fields()].concat(),
+            Expect::Served,
+        ),
+        (
+            "exactly --max-message-bytes",
+            padded_to(acquire_bytes(b"raw/a4", b"h"), MAX_MESSAGE_BYTES),
+            Expect::Served,
+        ),
+        (
+            "one byte over --max-message-bytes",
+            padded_to(acquire_bytes(b"raw/a5", b"h"), MAX_MESSAGE_BYTES + 1),
+            Expect::Refused(Code::OutOfRange),
+        ),
+        (
+            "a 1 MiB name",
+            acquire_bytes(&vec![b'n'; 1 << 20], b"h"),
+            Expect::Refused(Code::OutOfRange),
+        ),
+    ];
+    for (what, message, expect) in acquire_rows {
+        let answer = raw.server_stream("Acquire", message).await;
+        match (&expect, answer) {
+            (Expect::Served, Ok(messages)) => {
+                let last = AcquireResponse::decode(messages.last().unwrap().as_slice()).unwrap();
+                assert!(
+                    matches!(last.result, Some(acquire_response::Result::Granted(_))),
+                    "Acquire, {what}: {last:?}"
+                );
+            }
+            (Expect::Refused(code), Err(status)) => {
+                assert_eq!(status.code(), *code, "Acquire, {what}: {status:?}")
+            }
+            (_, other) => panic!("Acquire, {what}: expected {expect:?}, got {other:?}"),
+        }
+        assert_alive(&mut client, &mut server, what).await;
+        rows += 1;
+    }
+
+    // Renew (bidi stream): a good renewal first, then the row's message.
+    let held = must_acquire(&mut client, "raw/renewed", 60_000).await;
+    let good = renew_bytes(held.name.as_bytes(), held.lease_id.as_bytes());
+    let renew_rows: Vec<(&str, Vec<u8>, Expect)> = vec![
+        (
+            "invalid UTF-8 in name",
+            renew_bytes(INVALID_UTF8, held.lease_id.as_bytes()),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "invalid UTF-8 in lease_id",
+            renew_bytes(held.name.as_bytes(), INVALID_UTF8),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "truncated message",
+            good[..4].to_vec(),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "unknown fields",
+            [good.clone(), unknown_fields()].concat(),
+            Expect::Served,
+        ),
+        (
+            "exactly --max-message-bytes",
+            padded_to(good.clone(), MAX_MESSAGE_BYTES),
+            Expect::Served,
+        ),
+        (
+            "one byte over --max-message-bytes",
+            padded_to(good.clone(), MAX_MESSAGE_BYTES + 1),
+            Expect::Refused(Code::OutOfRange),
+        ),
+        (
+            "a 1 MiB lease_id",
+            renew_bytes(held.name.as_bytes(), &vec![b'x'; 1 << 20]),
+            Expect::Refused(Code::OutOfRange),
+        ),
+    ];
+    for (what, message, expect) in renew_rows {
+        let (answers, ended) = raw.bidi("Renew", vec![good.clone(), message]).await;
+        let renewed = |bytes: &Vec<u8>| {
+            matches!(
+                RenewResponse::decode(bytes.as_slice()).unwrap().result,
+                Some(renew_response::Result::Renewed(_))
+            )
+        };
+        assert!(
+            answers.first().is_some_and(renewed),
+            "Renew, {what}: the good renewal before it was answered: {answers:?} {ended:?}"
+        );
+        match (&expect, ended) {
+            (Expect::Served, None) => {
+                assert_eq!(answers.len(), 2, "Renew, {what}: one answer per request");
+                assert!(renewed(&answers[1]), "Renew, {what}");
+            }
+            (Expect::Refused(code), Some(status)) => {
+                assert_eq!(answers.len(), 1, "Renew, {what}: {answers:?}");
+                assert_eq!(status.code(), *code, "Renew, {what}: {status:?}");
+            }
+            (_, ended) => panic!(
+                "Renew, {what}: expected {expect:?}, got {} answers and end {ended:?}",
+                answers.len()
+            ),
+        }
+        assert_alive(&mut client, &mut server, what).await;
+        rows += 1;
+    }
+
+    // Release and Describe (unary).
+    let to_release = must_acquire(&mut client, "raw/released", 60_000).await;
+    let release_ok = two_string_fields(to_release.name.as_bytes(), to_release.lease_id.as_bytes());
+    let describe_ok = bytes_field(1, b"raw/described");
+    let unary_rows: Vec<(&str, &str, Vec<u8>, Expect)> = vec![
+        (
+            "Release",
+            "invalid UTF-8 in name",
+            two_string_fields(INVALID_UTF8, b"0123"),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "Release",
+            "invalid UTF-8 in lease_id",
+            two_string_fields(b"raw/released", INVALID_UTF8),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "Release",
+            "truncated message",
+            release_ok[..3].to_vec(),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "Release",
+            "one byte over --max-message-bytes",
+            padded_to(release_ok.clone(), MAX_MESSAGE_BYTES + 1),
+            Expect::Refused(Code::OutOfRange),
+        ),
+        (
+            "Release",
+            "exactly --max-message-bytes, with unknown fields",
+            padded_to(
+                [release_ok.clone(), unknown_fields()].concat(),
+                MAX_MESSAGE_BYTES,
+            ),
+            Expect::Served,
+        ),
+        (
+            "Describe",
+            "invalid UTF-8 in name",
+            bytes_field(1, INVALID_UTF8),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "Describe",
+            "name sent as a varint (wrong wire type)",
+            varint_field(1, 1),
+            Expect::Refused(Code::Internal),
+        ),
+        (
+            "Describe",
+            "unknown fields",
+            [describe_ok.clone(), unknown_fields()].concat(),
+            Expect::Served,
+        ),
+        (
+            "Describe",
+            "exactly --max-message-bytes",
+            padded_to(describe_ok.clone(), MAX_MESSAGE_BYTES),
+            Expect::Served,
+        ),
+        (
+            "Describe",
+            "a 64 KiB name",
+            bytes_field(1, &oversized.repeat(4)),
+            Expect::Refused(Code::OutOfRange),
+        ),
+    ];
+    for (rpc, what, message, expect) in unary_rows {
+        let answer = raw.unary(rpc, message).await;
+        match (&expect, answer) {
+            (Expect::Served, Ok(bytes)) => match rpc {
+                "Release" => assert!(ReleaseResponse::decode(bytes.as_slice()).unwrap().released),
+                _ => {
+                    DescribeResponse::decode(bytes.as_slice()).unwrap();
+                }
+            },
+            (Expect::Refused(code), Err(status)) => {
+                assert_eq!(status.code(), *code, "{rpc}, {what}: {status:?}")
+            }
+            (_, other) => panic!("{rpc}, {what}: expected {expect:?}, got {other:?}"),
+        }
+        assert_alive(&mut client, &mut server, what).await;
+        rows += 1;
+    }
+    println!("{rows} raw-input rows answered as documented; the server kept serving");
+}
+
+/// The process still runs and answers a well-formed call.
+async fn assert_alive(
+    client: &mut LeaseServiceClient<Channel>,
+    server: &mut LeasedProcess,
+    after: &str,
+) {
+    assert!(server.try_wait().is_none(), "leased exited after: {after}");
+    describe(client, "raw/alive").await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests.
+
+fn name_alphabet_char() -> impl Strategy<Value = char> {
+    prop::sample::select(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-:/@"
+            .chars()
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Names of the documented alphabet and length.
+fn valid_name() -> impl Strategy<Value = String> {
+    prop::collection::vec(name_alphabet_char(), 1..=MAX_NAME_BYTES)
+        .prop_map(|chars| chars.into_iter().collect())
+}
+
+/// Any string, often close to the name rules: valid characters plus one foreign character, or
+/// too long, or empty.
+fn any_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        valid_name(),
+        any::<String>(),
+        (valid_name(), any::<char>(), any::<prop::sample::Index>()).prop_map(
+            |(name, foreign, at)| {
+                let mut chars: Vec<char> = name.chars().collect();
+                chars.insert(at.index(chars.len() + 1), foreign);
+                chars.into_iter().collect()
+            }
+        ),
+        prop::collection::vec(name_alphabet_char(), MAX_NAME_BYTES..MAX_NAME_BYTES + 40)
+            .prop_map(|chars| chars.into_iter().collect()),
+        Just(String::new()),
+    ]
+}
+
+fn is_documented_name(name: &str) -> bool {
+    (1..=MAX_NAME_BYTES).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-:/@".contains(c))
+}
+
+/// UTF-8 holders up to 256 bytes (multi-byte characters count by their bytes).
+fn valid_holder() -> impl Strategy<Value = String> {
+    prop::collection::vec(any::<char>(), 0..=MAX_HOLDER_BYTES).prop_map(|chars| {
+        let mut holder = String::new();
+        for c in chars {
+            if holder.len() + c.len_utf8() > MAX_HOLDER_BYTES {
+                break;
+            }
+            holder.push(c);
+        }
+        holder
+    })
+}
+
+/// Validation accepts exactly the inputs design.md's table allows, and every rejection names its
+/// field.
+#[test]
+fn validation_accepts_exactly_the_documented_inputs() {
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 2_000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&any_name(), |name| {
+            let parsed = parse_name(&name);
+            prop_assert_eq!(parsed.is_ok(), is_documented_name(&name), "{:?}", name);
+            if let Err(error) = parsed {
+                prop_assert!(error.to_string().starts_with("invalid name"), "{}", error);
+            }
+            Ok(())
+        })
+        .unwrap();
+
+    let limits = Limits {
+        max_ttl: Duration::from_secs(3_600),
+        max_wait: Duration::from_secs(60),
+    };
+    let request = (
+        valid_name(),
+        prop_oneof![valid_holder(), any::<String>(), "[a-z]{250,270}"],
+        prop_oneof![
+            any::<i64>(),
+            -20i64..3_600_020,
+            Just(10),
+            Just(3_600_000),
+            Just(3_600_001)
+        ],
+        prop_oneof![
+            any::<i64>(),
+            -20i64..60_020,
+            Just(0),
+            Just(60_000),
+            Just(60_001)
+        ],
+    );
+    runner
+        .run(&request, |(name, holder, ttl_ms, wait_ms)| {
+            let holder_ok = holder.len() <= MAX_HOLDER_BYTES;
+            let ttl_ok = (10..=3_600_000).contains(&ttl_ms);
+            let wait_ok = (0..=60_000).contains(&wait_ms);
+            let answer = limits.acquire_request(&name, holder.clone(), ttl_ms, wait_ms);
+            match answer {
+                Ok(request) => {
+                    prop_assert!(holder_ok && ttl_ok && wait_ok);
+                    prop_assert_eq!(request.name.as_str(), name.as_str());
+                    prop_assert_eq!(request.holder, holder);
+                    prop_assert_eq!(request.ttl.as_millis() as i64, ttl_ms);
+                    prop_assert_eq!(request.wait.as_millis() as i64, wait_ms);
+                }
+                Err(error) => {
+                    // Fields are checked in order: the first bad one is named.
+                    let first_bad = match (holder_ok, ttl_ok) {
+                        (false, _) => "invalid holder",
+                        (true, false) => "invalid ttl_ms",
+                        (true, true) => "invalid wait_ms",
+                    };
+                    prop_assert!(!(holder_ok && ttl_ok && wait_ok));
+                    prop_assert!(error.to_string().starts_with(first_bad), "{}", error);
+                }
+            }
+            let renew = limits.renew_ttl(ttl_ms);
+            prop_assert_eq!(renew.is_ok(), ttl_ms == 0 || ttl_ok);
+            Ok(())
+        })
+        .unwrap();
+
+    runner
+        .run(
+            &prop_oneof![any::<String>(), "[0-9a-f]{0,140}"],
+            |lease_id| {
+                let ok = (1..=MAX_LEASE_ID_BYTES).contains(&lease_id.len());
+                match parse_lease_id(&lease_id) {
+                    Ok(parsed) => prop_assert!(ok && parsed.expose() == lease_id),
+                    Err(error) => {
+                        prop_assert!(!ok);
+                        prop_assert!(error.to_string().starts_with("invalid lease_id"));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// Arbitrary valid names and holders (any UTF-8, up to 256 bytes) round-trip through Acquire,
+/// Describe and Release on both stores; arbitrary invalid names and holders are
+/// INVALID_ARGUMENT naming the field, on every RPC that takes them.
+#[test]
+fn arbitrary_requests_round_trip_or_are_refused_naming_the_field() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = RedisServer::start();
+    for store in ["memory", "redis"] {
+        let (server, client) = runtime.block_on(async {
+            let url = (store == "redis").then(|| redis.url());
+            let server = Leased::start(url).await;
+            let client = server.client().await;
+            (server, client)
+        });
+        let mut runner = TestRunner::new(ProptestConfig {
+            cases: 64,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let valid = (valid_name(), valid_holder(), 10i64..600_000);
+        runner
+            .run(&valid, |(name, holder, ttl_ms)| {
+                let mut client = client.clone();
+                runtime.block_on(async move {
+                    let messages = acquire_all(&mut client, &name, &holder, ttl_ms, 0)
+                        .await
+                        .map_err(|status| TestCaseError::fail(format!("{store}: {status:?}")))?;
+                    let Some(acquire_response::Result::Granted(granted)) = messages.last() else {
+                        return Err(TestCaseError::fail(format!("{store}: {messages:?}")));
+                    };
+                    prop_assert_eq!(&granted.name, &name);
+                    prop_assert_eq!(granted.ttl_ms, ttl_ms);
+                    let described = describe(&mut client, &name).await;
+                    // A 10 ms lease may be gone already; anything longer is still held.
+                    if ttl_ms >= 1_000 {
+                        prop_assert!(described.held, "{}: {:?}", store, described);
+                        prop_assert_eq!(&described.holder, &holder);
+                        prop_assert_eq!(described.fencing_token, granted.fencing_token);
+                        prop_assert!(described.remaining_ms <= ttl_ms);
+                        prop_assert!(release(&mut client, granted).await);
+                    } else {
+                        release(&mut client, granted).await;
+                    }
+                    prop_assert!(!describe(&mut client, &name).await.held);
+                    Ok(())
+                })
+            })
+            .unwrap();
+
+        let invalid = prop_oneof![
+            any_name()
+                .prop_filter("invalid names", |name| !is_documented_name(name))
+                .prop_map(|name| ("name", name, String::new())),
+            "[a-z]{257,300}".prop_map(|holder| ("holder", "valid".to_owned(), holder)),
+        ];
+        runner
+            .run(&invalid, |(field, name, holder)| {
+                let mut client = client.clone();
+                runtime.block_on(async move {
+                    let mut statuses = Vec::new();
+                    let acquire = acquire_all(&mut client, &name, &holder, 1_000, 0).await;
+                    statuses.push(("Acquire", acquire.err()));
+                    if field == "name" {
+                        let describe = client
+                            .describe(DescribeRequest { name: name.clone() })
+                            .await;
+                        statuses.push(("Describe", describe.err()));
+                        let release = client
+                            .release(ReleaseRequest {
+                                name: name.clone(),
+                                lease_id: "0123".into(),
+                            })
+                            .await;
+                        statuses.push(("Release", release.err()));
+                        let renew = renew_once(
+                            &mut client,
+                            &leased::proto::Granted {
+                                name: name.clone(),
+                                lease_id: "0123".into(),
+                                ..Default::default()
+                            },
+                            0,
+                        )
+                        .await;
+                        statuses.push(("Renew", renew.err()));
+                    }
+                    for (rpc, status) in statuses {
+                        let Some(status) = status else {
+                            return Err(TestCaseError::fail(format!(
+                                "{store} {rpc} accepted {name:?} / {holder:?}"
+                            )));
+                        };
+                        prop_assert_eq!(
+                            status.code(),
+                            Code::InvalidArgument,
+                            "{} {}: {:?}",
+                            store,
+                            rpc,
+                            status
+                        );
+                        prop_assert!(
+                            status.message().contains(field),
+                            "{} {}: {:?}",
+                            store,
+                            rpc,
+                            status
+                        );
+                    }
+                    Ok(())
+                })
+            })
+            .unwrap();
+        drop(client);
+        drop(server);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Limits that protect the server.
+
+/// `--max-concurrent-streams`: past the limit on one connection, a well-behaved HTTP/2 client
+/// (tonic here, like every generated client) queues the extra call until a stream ends: it is
+/// neither refused nor failed. Other connections are unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_max_concurrent_streams_wait_for_a_free_stream() {
+    const LIMIT: usize = 8;
+    let server = Leased::start_with(leased::config::ServeConfig {
+        max_concurrent_streams: LIMIT as u32,
+        ..test_config(None)
+    })
+    .await;
+    let channel = Channel::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = LeaseServiceClient::new(channel);
+    let held = must_acquire(&mut client, "streams/held", 60_000).await;
+
+    let mut open = Vec::new();
+    for _ in 0..LIMIT {
+        let (requests, receiver) = mpsc::channel(1);
+        let mut responses = client
+            .renew(ReceiverStream::new(receiver))
+            .await
+            .unwrap()
+            .into_inner();
+        requests
+            .send(RenewRequest {
+                name: held.name.clone(),
+                lease_id: held.lease_id.clone(),
+                ttl_ms: 0,
+            })
+            .await
+            .unwrap();
+        responses.next().await.unwrap().unwrap();
+        open.push((requests, responses));
+    }
+
+    let mut queued_client = client.clone();
+    let queued = tokio::spawn(async move { describe(&mut queued_client, "streams/held").await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!queued.is_finished(), "a call past the limit did not wait");
+    let mut other = server.client().await;
+    assert!(
+        describe(&mut other, "streams/held").await.held,
+        "another connection is served"
+    );
+
+    let freed_at = Instant::now();
+    drop(open.pop());
+    let answer = tokio::time::timeout(Duration::from_secs(5), queued)
+        .await
+        .expect("the queued call never ran after a stream ended")
+        .unwrap();
+    assert!(answer.held);
+    println!(
+        "call past {LIMIT} streams waited, then ran {:?} after a stream ended",
+        freed_at.elapsed()
+    );
+}
+
+/// `--max-waiters-per-name`: one waiter too many is RESOURCE_EXHAUSTED; a try-once Acquire and
+/// other names are unaffected; a slot frees when a waiter leaves; both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_past_the_limit_are_resource_exhausted() {
+    const LIMIT: usize = 4;
+    let redis = RedisServer::start();
+    for url in [None, Some(redis.url())] {
+        let store = if url.is_some() { "redis" } else { "memory" };
+        let server = Leased::start_with(leased::config::ServeConfig {
+            max_waiters_per_name: LIMIT,
+            ..test_config(url)
+        })
+        .await;
+        let mut client = server.client().await;
+        let held = must_acquire(&mut client, "waiters/held", 60_000).await;
+        let start_waiter = |mut client: LeaseServiceClient<Channel>, name: &'static str| async move {
+            let mut stream = client
+                .acquire(AcquireRequest {
+                    name: name.into(),
+                    holder: "waiter".into(),
+                    ttl_ms: 5_000,
+                    wait_ms: 60_000,
+                })
+                .await?
+                .into_inner();
+            let first = stream.next().await.expect("stream ended at once")?;
+            Ok::<_, Status>((first, stream))
+        };
+        let mut waiters = Vec::new();
+        for _ in 0..LIMIT {
+            let (first, stream) = start_waiter(client.clone(), "waiters/held").await.unwrap();
+            assert!(matches!(
+                first.result,
+                Some(acquire_response::Result::Waiting(_))
+            ));
+            waiters.push(stream);
+        }
+        let status = start_waiter(client.clone(), "waiters/held")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{store}: {status:?}"
+        );
+        assert!(status.message().contains("waiting"), "{store}: {status:?}");
+
+        assert_eq!(
+            acquire(&mut client, "waiters/held", 5_000, 0)
+                .await
+                .unwrap(),
+            None,
+            "{store}: a try-once Acquire needs no waiter slot"
+        );
+        must_acquire(&mut client, "waiters/other-name", 5_000).await;
+
+        // A waiter leaves: its slot frees (the server notices the cancelled stream).
+        drop(waiters.pop());
+        let start = Instant::now();
+        let replacement = loop {
+            match start_waiter(client.clone(), "waiters/held").await {
+                Ok((_, stream)) => break stream,
+                Err(status) => {
+                    assert_eq!(status.code(), Code::ResourceExhausted);
+                    assert!(
+                        start.elapsed() < Duration::from_secs(5),
+                        "{store}: slot never freed"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        waiters.push(replacement);
+
+        // The holder releases: exactly one waiter is granted.
+        assert!(release(&mut client, &held).await);
+        let mut granted = 0;
+        for stream in &mut waiters {
+            let next = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
+            if let Ok(Some(Ok(message))) = next
+                && matches!(message.result, Some(acquire_response::Result::Granted(_)))
+            {
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, 1, "{store}: one release, one grant");
+    }
+}
+
+/// `--max-leases-per-stream`: a Renew stream renews up to the limit of distinct leases, as often
+/// as it likes; one more ends the stream with RESOURCE_EXHAUSTED; a new stream can renew it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_stream_past_its_lease_limit_is_resource_exhausted() {
+    const LIMIT: usize = 3;
+    let server = Leased::start_with(leased::config::ServeConfig {
+        max_leases_per_stream: LIMIT,
+        ..test_config(None)
+    })
+    .await;
+    let mut client = server.client().await;
+    let mut leases = Vec::new();
+    for index in 0..=LIMIT {
+        leases.push(must_acquire(&mut client, &format!("per-stream/{index}"), 60_000).await);
+    }
+    let renewal = |granted: &leased::proto::Granted| RenewRequest {
+        name: granted.name.clone(),
+        lease_id: granted.lease_id.clone(),
+        ttl_ms: 0,
+    };
+    let mut requests: Vec<RenewRequest> = leases[..LIMIT].iter().map(renewal).collect();
+    requests.push(renewal(&leases[0]));
+    requests.push(renewal(&leases[LIMIT]));
+    requests.push(renewal(&leases[1]));
+    let mut responses = client
+        .renew(tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..=LIMIT {
+        let answer = responses.next().await.unwrap().unwrap();
+        assert!(matches!(
+            answer.result,
+            Some(renew_response::Result::Renewed(_))
+        ));
+    }
+    let status = responses.next().await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        responses.next().await.is_none(),
+        "the stream ends after the refusal"
+    );
+
+    let answer = renew_once(&mut client, &leases[LIMIT], 0).await.unwrap();
+    assert!(matches!(
+        answer.result,
+        Some(renew_response::Result::Renewed(_))
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load.
+
+const RENEW_STREAMS: usize = 5_000;
+const WAITERS: usize = 500;
+const CONNECTIONS: usize = 10;
+/// Asserted bounds (generous; the measured values are printed): resident memory under load, and
+/// file descriptors above the idle count (one per client connection, plus slack).
+const MAX_RSS_MIB: u64 = 512;
+const MAX_EXTRA_FDS: usize = CONNECTIONS + 40;
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+type RenewStream = (mpsc::Sender<RenewRequest>, tonic::Streaming<RenewResponse>);
+
+/// One Renew stream per grant, spread over `clients`, each with one renewal answered.
+async fn open_renew_streams(
+    clients: &[LeaseServiceClient<Channel>],
+    grants: &Arc<Vec<leased::proto::Granted>>,
+) -> Vec<RenewStream> {
+    stream::iter(0..grants.len())
+        .map(|index| {
+            let mut client = clients[index % clients.len()].clone();
+            let grants = grants.clone();
+            async move {
+                let (requests, receiver) = mpsc::channel(1);
+                let mut responses = client
+                    .renew(ReceiverStream::new(receiver))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                requests
+                    .send(RenewRequest {
+                        name: grants[index].name.clone(),
+                        lease_id: grants[index].lease_id.clone(),
+                        ttl_ms: 0,
+                    })
+                    .await
+                    .unwrap();
+                let answer = responses.next().await.unwrap().unwrap();
+                assert!(matches!(
+                    answer.result,
+                    Some(renew_response::Result::Renewed(_))
+                ));
+                (requests, responses)
+            }
+        })
+        .buffer_unordered(256)
+        .collect()
+        .await
+}
+
+/// 5,000 concurrent Renew streams and 500 blocked waiters on one `leased` process (over 10
+/// connections): resident memory and open descriptors stay within the bounds above, the server
+/// still answers at once, and SIGTERM ends every stream with UNAVAILABLE and exits 0 within the
+/// drain grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
+    let fd_limit = raise_fd_limit(4_096);
+    assert!(fd_limit >= 1_024, "RLIMIT_NOFILE is {fd_limit}");
+    let redis = RedisServer::start();
+    let log = log_dir("limits-load").join("leased.log");
+    let grace = format!("{}s", DRAIN_GRACE.as_secs());
+    let mut server =
+        LeasedProcess::spawn(&redis.url(), &["--drain-grace", &grace], &log, "warn").await;
+    let pid = server.pid();
+    let (idle_rss, idle_fds) = (rss_kib(pid), open_fds(pid));
+
+    let mut clients = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let channel = Channel::from_shared(server.endpoint())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        clients.push(LeaseServiceClient::new(channel));
+    }
+    let client = |index: usize| clients[index % CONNECTIONS].clone();
+
+    let started = Instant::now();
+    let grants: Vec<leased::proto::Granted> = stream::iter(0..RENEW_STREAMS)
+        .map(|index| {
+            let mut client = client(index);
+            async move { must_acquire(&mut client, &format!("load/lease-{index}"), 300_000).await }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    println!("{RENEW_STREAMS} leases granted in {:?}", started.elapsed());
+
+    let started = Instant::now();
+    let grants = Arc::new(grants);
+    let renew_streams = open_renew_streams(&clients, &grants).await;
+    println!(
+        "{RENEW_STREAMS} Renew streams open in {:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let held_names = WAITERS / 10;
+    let mut holder = client(0);
+    for index in 0..held_names {
+        must_acquire(&mut holder, &format!("load/held-{index}"), 300_000).await;
+    }
+    let mut waiters: Vec<tonic::Streaming<AcquireResponse>> = stream::iter(0..WAITERS)
+        .map(|index| {
+            let mut client = client(index);
+            async move {
+                let mut stream = client
+                    .acquire(AcquireRequest {
+                        name: format!("load/held-{}", index % held_names),
+                        holder: format!("waiter-{index}"),
+                        ttl_ms: 5_000,
+                        wait_ms: 300_000,
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let first = stream.next().await.unwrap().unwrap();
+                assert!(matches!(
+                    first.result,
+                    Some(acquire_response::Result::Waiting(_))
+                ));
+                stream
+            }
+        })
+        .buffer_unordered(128)
+        .collect()
+        .await;
+    println!("{WAITERS} waiters blocked in {:?}", started.elapsed());
+
+    let (loaded_rss, loaded_fds) = (rss_kib(pid), open_fds(pid));
+    println!(
+        "under load: RSS {} MiB (idle {} MiB, {:.1} KiB per stream), fds {loaded_fds} (idle {idle_fds})",
+        loaded_rss / 1024,
+        idle_rss / 1024,
+        (loaded_rss.saturating_sub(idle_rss)) as f64 / (RENEW_STREAMS + WAITERS) as f64
+    );
+    assert!(
+        loaded_rss / 1024 <= MAX_RSS_MIB,
+        "RSS {loaded_rss} KiB over {MAX_RSS_MIB} MiB"
+    );
+    assert!(
+        loaded_fds <= idle_fds + MAX_EXTRA_FDS,
+        "{loaded_fds} fds under load, {idle_fds} idle"
+    );
+
+    // No per-stream leak: close every Renew stream and open 5,000 again; memory stays within
+    // half again the first peak (measured: +15 to +20 %, flattening over further rounds: the
+    // allocator keeps freed pages, nothing grows per stream).
+    drop(renew_streams);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut renew_streams = open_renew_streams(&clients, &grants).await;
+    let second_rss = rss_kib(pid);
+    println!(
+        "after closing and reopening the {RENEW_STREAMS} Renew streams: RSS {} MiB",
+        second_rss / 1024
+    );
+    assert!(
+        second_rss <= loaded_rss + loaded_rss / 2,
+        "memory grew from {loaded_rss} KiB to {second_rss} KiB over the same load"
+    );
+
+    // Still responsive: a new connection's call and renewals on the open streams answer.
+    let started = Instant::now();
+    let mut fresh = server.client().await;
+    describe(&mut fresh, "load/held-0").await;
+    for (index, (requests, responses)) in renew_streams.iter_mut().enumerate().step_by(50) {
+        requests
+            .send(RenewRequest {
+                name: grants[index].name.clone(),
+                lease_id: grants[index].lease_id.clone(),
+                ttl_ms: 0,
+            })
+            .await
+            .unwrap();
+        let answer = responses.next().await.unwrap().unwrap();
+        assert!(matches!(
+            answer.result,
+            Some(renew_response::Result::Renewed(_))
+        ));
+    }
+    println!(
+        "a fresh call and 100 renewals under load took {:?}",
+        started.elapsed()
+    );
+
+    // SIGTERM: every stream ends with UNAVAILABLE, and the process exits 0 within the grace.
+    let signalled = Instant::now();
+    server.signal(libc::SIGTERM);
+    let renew_ends = futures::future::join_all(
+        renew_streams
+            .iter_mut()
+            .map(|(_, responses)| async move { responses.next().await }),
+    );
+    let waiter_ends = futures::future::join_all(
+        waiters
+            .iter_mut()
+            .map(|stream| async move { stream.next().await }),
+    );
+    let (renew_ends, waiter_ends) =
+        tokio::time::timeout(DRAIN_GRACE, async { tokio::join!(renew_ends, waiter_ends) })
+            .await
+            .expect("streams still open at the end of the drain grace");
+    fn unavailable<T>(end: &Option<Result<T, Status>>) -> bool {
+        matches!(end, Some(Err(status)) if status.code() == Code::Unavailable)
+    }
+    let renew_unavailable = renew_ends.iter().filter(|end| unavailable(end)).count();
+    let waiters_unavailable = waiter_ends.iter().filter(|end| unavailable(end)).count();
+    let exit = loop {
+        if let Some(exit) = server.try_wait() {
+            break exit;
+        }
+        assert!(
+            signalled.elapsed() < DRAIN_GRACE + Duration::from_secs(2),
+            "leased did not exit within the drain grace"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "SIGTERM: {renew_unavailable}/{RENEW_STREAMS} Renew streams and {waiters_unavailable}/{WAITERS} \
+         waiters ended with UNAVAILABLE; exit {exit:?} after {:?}",
+        signalled.elapsed()
+    );
+    assert!(exit.success(), "exit status {exit:?}");
+    assert_eq!(renew_unavailable, RENEW_STREAMS);
+    assert_eq!(waiters_unavailable, WAITERS);
+}

@@ -1,0 +1,930 @@
+//! The checker: clients contend for a few names through real `leased` replicas, hold what they
+//! are granted while renewing it, write to a fenced resource while they believe they hold it, and
+//! record every event on one monotonic clock. [`Checker::verify`] then checks the record:
+//!
+//! - **Mutual exclusion.** A holder's lease, by its own view, runs from the moment it received
+//!   `granted` until the earliest of: its release call, its first `lost`, and its expiry, which is
+//!   the *send* time of the Acquire (or of the last renewal answered before that expiry) plus the
+//!   TTL. No two such intervals of one name may overlap by more than [`CLOCK_SLACK`].
+//! - **Tokens.** If a grant was received before another grant of the same name was requested,
+//!   its token is smaller. Tokens of one name are unique.
+//! - **Fencing.** The resource accepts a write only with a token at least as high as every token
+//!   it accepted before; a holder's write within its own interval is never rejected; a stale
+//!   holder's write after another holder wrote is always rejected.
+//!
+//! Faults that lose Redis data (a restart without persistence, a failover to a replica that
+//! missed writes) suspend mutual exclusion for up to one TTL: overlaps that begin inside such a
+//! window (from the data loss until the longest TTL after it) are reported apart and allowed.
+//! Tokens and fencing are checked everywhere, with no exception.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use leased::proto::{
+    AcquireRequest, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
+    lease_service_client::LeaseServiceClient, renew_response,
+};
+use tokio::sync::mpsc;
+use tokio_stream::{StreamExt, wrappers::ReceiverStream};
+use tonic::{Code, Status, transport::Channel};
+
+/// How much two holders' intervals may overlap before it counts: all timestamps come from one
+/// monotonic clock, so this only absorbs Redis's millisecond expiry resolution.
+pub const CLOCK_SLACK: Duration = Duration::from_millis(10);
+
+/// What the clients do.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub clients: usize,
+    pub names: usize,
+    /// TTLs are drawn from this inclusive range.
+    pub ttl_ms: (u64, u64),
+    /// Holders keep a lease for up to this long (renewing every third of the TTL).
+    pub max_hold_ms: u64,
+    /// Waits are drawn from 0 to this; a quarter of the calls try once (`wait_ms = 0`).
+    pub max_wait_ms: u64,
+    /// Percentage of holders that walk away without renewing or releasing (a crash).
+    pub abandon_percent: u64,
+    /// Run the GC-pause holder alongside the clients.
+    pub gc_pauses: bool,
+    pub seed: u64,
+}
+
+impl Workload {
+    pub fn max_ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.1)
+    }
+}
+
+/// A small deterministic PRNG (SplitMix64), one per client.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `low..=high`.
+    fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low + 1)
+    }
+
+    fn percent(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// Everything a client records, timestamped on the checker's clock (time since the run began).
+#[derive(Clone, Debug)]
+pub enum Event {
+    Granted {
+        lease: usize,
+        /// The client's index (`usize::MAX` for the GC-pause holder).
+        client: usize,
+        /// Which `leased` replica answered.
+        replica: usize,
+        name: usize,
+        token: u64,
+        ttl: Duration,
+        sent: Duration,
+        received: Duration,
+    },
+    Renewed {
+        lease: usize,
+        sent: Duration,
+        received: Duration,
+        ttl: Duration,
+    },
+    Lost {
+        lease: usize,
+        received: Duration,
+    },
+    ReleaseCalled {
+        lease: usize,
+        at: Duration,
+    },
+    Write {
+        lease: usize,
+        name: usize,
+        token: u64,
+        at: Duration,
+        accepted: bool,
+        /// Written on purpose after the lease was gone (the GC-pause holder).
+        stale_on_purpose: bool,
+    },
+    /// The GC-pause holder's first renewal answered after its pause: it must be `lost`.
+    RenewAfterPause {
+        lease: usize,
+        lost: bool,
+    },
+    Failed {
+        rpc: &'static str,
+        code: Code,
+    },
+}
+
+/// A fault the test injected, on the checker's clock.
+#[derive(Clone, Debug)]
+pub struct FaultRecord {
+    pub kind: &'static str,
+    pub start: Duration,
+    pub end: Duration,
+    /// Redis lost data (restart without persistence, failover to a lagging replica).
+    pub data_loss: bool,
+}
+
+/// A resource that keeps the highest token per name and rejects lower ones; every write is
+/// timestamped under its lock, so the log order is the resource's order.
+struct FencedResource {
+    highest: Mutex<Vec<u64>>,
+}
+
+/// The shared state of one run.
+pub struct Checker {
+    pub workload: Workload,
+    pub names: Vec<String>,
+    origin: Instant,
+    events: Mutex<Vec<Event>>,
+    faults: Mutex<Vec<FaultRecord>>,
+    resource: FencedResource,
+    next_lease: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl Checker {
+    pub fn new(workload: Workload, name_prefix: &str) -> Arc<Self> {
+        let names = (0..workload.names)
+            .map(|index| format!("{name_prefix}/resource-{index}"))
+            .collect();
+        Arc::new(Checker {
+            resource: FencedResource {
+                highest: Mutex::new(vec![0; workload.names]),
+            },
+            workload,
+            names,
+            origin: Instant::now(),
+            events: Mutex::default(),
+            faults: Mutex::default(),
+            next_lease: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        })
+    }
+
+    /// Time since the run began.
+    pub fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// Appends an event to the record.
+    pub fn record(&self, event: Event) {
+        self.events.lock().unwrap().push(event);
+    }
+
+    /// Appends a fault with explicit times to the record.
+    pub fn record_fault(&self, fault: FaultRecord) {
+        self.faults.lock().unwrap().push(fault);
+    }
+
+    /// Records a fault that lasted from `start` to now.
+    pub fn fault(&self, kind: &'static str, start: Duration, data_loss: bool) {
+        let end = self.now();
+        println!(
+            "[{:>6.2}s] fault {kind} ({:.2}s){}",
+            start.as_secs_f64(),
+            (end - start).as_secs_f64(),
+            if data_loss { ", Redis lost data" } else { "" }
+        );
+        self.faults.lock().unwrap().push(FaultRecord {
+            kind,
+            start,
+            end,
+            data_loss,
+        });
+    }
+
+    /// Asks every client to finish its current lease and stop.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Writes `token` to `name` if `in_view(now)` holds at the moment of the write.
+    fn write(
+        &self,
+        lease: usize,
+        name: usize,
+        token: u64,
+        stale_on_purpose: bool,
+        in_view: impl Fn(Duration) -> bool,
+    ) -> Option<bool> {
+        let mut highest = self.resource.highest.lock().unwrap();
+        let at = self.now();
+        if !in_view(at) {
+            return None;
+        }
+        let accepted = token >= highest[name];
+        if accepted {
+            highest[name] = token;
+        }
+        // Recorded under the resource's lock: the event order is the resource's order.
+        self.record(Event::Write {
+            lease,
+            name,
+            token,
+            at,
+            accepted,
+            stale_on_purpose,
+        });
+        Some(accepted)
+    }
+
+    fn highest_written(&self, name: usize) -> u64 {
+        self.resource.highest.lock().unwrap()[name]
+    }
+
+    /// Events of the whole run, in recording order.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
+    pub fn faults(&self) -> Vec<FaultRecord> {
+        self.faults.lock().unwrap().clone()
+    }
+}
+
+/// A client with one connection per `leased` replica; it moves to the next replica whenever a
+/// call fails.
+struct Client {
+    index: usize,
+    replicas: Vec<LeaseServiceClient<Channel>>,
+    current: usize,
+}
+
+impl Client {
+    /// Client `index`, starting on replica `first` (modulo their number).
+    fn new(index: usize, endpoints: &[String], first: usize) -> Self {
+        let replicas = endpoints
+            .iter()
+            .map(|endpoint| {
+                let channel = Channel::from_shared(endpoint.clone())
+                    .unwrap()
+                    .connect_timeout(Duration::from_secs(1))
+                    .connect_lazy();
+                LeaseServiceClient::new(channel)
+            })
+            .collect();
+        Client {
+            index,
+            replicas,
+            current: first % endpoints.len(),
+        }
+    }
+
+    fn grpc(&mut self) -> &mut LeaseServiceClient<Channel> {
+        &mut self.replicas[self.current]
+    }
+
+    fn next_replica(&mut self) {
+        self.current = (self.current + 1) % self.replicas.len();
+    }
+}
+
+/// A grant as the holder sees it.
+#[derive(Clone)]
+struct Held {
+    lease: usize,
+    name: usize,
+    lease_id: String,
+    token: u64,
+    ttl: Duration,
+    /// The holder's view of its expiry (checker clock).
+    expiry: Duration,
+}
+
+/// One Renew stream.
+struct Renewals {
+    requests: mpsc::Sender<RenewRequest>,
+    responses: tonic::Streaming<RenewResponse>,
+}
+
+async fn open_renewals(client: &mut Client) -> Result<Renewals, Status> {
+    let (requests, receiver) = mpsc::channel(4);
+    let call = client.grpc().renew(ReceiverStream::new(receiver));
+    let responses = tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .map_err(|_| Status::deadline_exceeded("opening the Renew stream"))??
+        .into_inner();
+    Ok(Renewals {
+        requests,
+        responses,
+    })
+}
+
+/// Runs one client until the checker stops.
+pub async fn run_client(checker: Arc<Checker>, index: usize, endpoints: Vec<String>) {
+    let mut rng = Rng(checker.workload.seed ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4));
+    let mut client = Client::new(index, &endpoints, index);
+    let holder = format!("client-{index}");
+    while !checker.stopped() {
+        let name = rng.range(0, checker.workload.names as u64 - 1) as usize;
+        let (low, high) = checker.workload.ttl_ms;
+        let ttl = Duration::from_millis(rng.range(low, high));
+        let wait = match rng.percent(25) {
+            true => Duration::ZERO,
+            false => Duration::from_millis(rng.range(0, checker.workload.max_wait_ms)),
+        };
+        let Some(held) = acquire(&checker, &mut client, &holder, name, ttl, wait).await else {
+            continue;
+        };
+        let hold_for = Duration::from_millis(rng.range(1, checker.workload.max_hold_ms));
+        let abandon = rng.percent(checker.workload.abandon_percent);
+        hold(&checker, &mut client, held, hold_for, abandon).await;
+    }
+}
+
+/// One Acquire; `Some` when granted, recorded with its send and receive times.
+async fn acquire(
+    checker: &Checker,
+    client: &mut Client,
+    holder: &str,
+    name: usize,
+    ttl: Duration,
+    wait: Duration,
+) -> Option<Held> {
+    let sent = checker.now();
+    let mut request = tonic::Request::new(AcquireRequest {
+        name: checker.names[name].clone(),
+        holder: holder.to_owned(),
+        ttl_ms: ttl.as_millis() as i64,
+        wait_ms: wait.as_millis() as i64,
+    });
+    request.set_timeout(wait + Duration::from_secs(5));
+    let call = async {
+        let mut stream = client.grpc().acquire(request).await?.into_inner();
+        while let Some(message) = stream.next().await {
+            match message?.result {
+                Some(acquire_response::Result::Granted(granted)) => {
+                    return Ok(Some((granted, checker.now())));
+                }
+                Some(acquire_response::Result::NotGranted(_)) => return Ok(None),
+                _ => {}
+            }
+        }
+        Err(Status::unknown(
+            "Acquire stream ended without a terminal message",
+        ))
+    };
+    let outcome = tokio::time::timeout(wait + Duration::from_secs(6), call)
+        .await
+        .unwrap_or_else(|_| Err(Status::deadline_exceeded("client-side timeout")));
+    match outcome {
+        Ok(Some((granted, received))) => {
+            let lease = checker.next_lease.fetch_add(1, Ordering::SeqCst);
+            checker.record(Event::Granted {
+                lease,
+                client: client.index,
+                replica: client.current,
+                name,
+                token: granted.fencing_token,
+                ttl,
+                sent,
+                received,
+            });
+            Some(Held {
+                lease,
+                name,
+                lease_id: granted.lease_id,
+                token: granted.fencing_token,
+                ttl,
+                expiry: sent + ttl,
+            })
+        }
+        Ok(None) => None,
+        Err(status) => {
+            checker.record(Event::Failed {
+                rpc: "Acquire",
+                code: status.code(),
+            });
+            client.next_replica();
+            // UNAVAILABLE is allowed under faults: back off a little and retry.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
+}
+
+/// Holds a lease for `hold_for`: writes, renews every third of the TTL, writes after each
+/// renewal, then releases. An abandoning holder writes once and walks away.
+async fn hold(
+    checker: &Checker,
+    client: &mut Client,
+    mut held: Held,
+    hold_for: Duration,
+    abandon: bool,
+) {
+    let hold_until = checker.now() + hold_for;
+    let write = |held: &Held| {
+        let expiry = held.expiry;
+        checker.write(held.lease, held.name, held.token, false, |at| at < expiry)
+    };
+    write(&held);
+    if abandon {
+        return;
+    }
+    let mut renewals: Option<Renewals> = None;
+    let mut lost = false;
+    loop {
+        let now = checker.now();
+        if now >= hold_until || now >= held.expiry || checker.stopped() {
+            break;
+        }
+        let next_renewal = held.expiry - held.ttl + held.ttl / 3;
+        let wake = next_renewal.min(hold_until).max(now);
+        tokio::time::sleep(wake - now).await;
+        let now = checker.now();
+        if now >= hold_until || now >= held.expiry {
+            break;
+        }
+        if now < next_renewal {
+            continue;
+        }
+        match renew(checker, client, &mut renewals, &held).await {
+            RenewResult::Renewed { sent, received } => {
+                if received < held.expiry {
+                    held.expiry = sent + held.ttl;
+                }
+            }
+            RenewResult::Lost => {
+                lost = true;
+                break;
+            }
+            RenewResult::Failed => {
+                renewals = None;
+                client.next_replica();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        write(&held);
+    }
+    if lost {
+        return;
+    }
+    checker.record(Event::ReleaseCalled {
+        lease: held.lease,
+        at: checker.now(),
+    });
+    let mut request = tonic::Request::new(ReleaseRequest {
+        name: checker.names[held.name].clone(),
+        lease_id: held.lease_id.clone(),
+    });
+    request.set_timeout(Duration::from_secs(3));
+    if let Err(status) = client.grpc().release(request).await {
+        checker.record(Event::Failed {
+            rpc: "Release",
+            code: status.code(),
+        });
+        client.next_replica();
+    }
+}
+
+enum RenewResult {
+    Renewed { sent: Duration, received: Duration },
+    Lost,
+    Failed,
+}
+
+/// One renewal over the holder's Renew stream (opened on demand), answered before the holder's
+/// expiry or abandoned.
+async fn renew(
+    checker: &Checker,
+    client: &mut Client,
+    renewals: &mut Option<Renewals>,
+    held: &Held,
+) -> RenewResult {
+    let failed = |checker: &Checker, code: Code| {
+        checker.record(Event::Failed { rpc: "Renew", code });
+        RenewResult::Failed
+    };
+    if renewals.is_none() {
+        match open_renewals(client).await {
+            Ok(opened) => *renewals = Some(opened),
+            Err(status) => return failed(checker, status.code()),
+        }
+    }
+    let stream = renewals.as_mut().unwrap();
+    let sent = checker.now();
+    let request = RenewRequest {
+        name: checker.names[held.name].clone(),
+        lease_id: held.lease_id.clone(),
+        ttl_ms: 0,
+    };
+    if stream.requests.send(request).await.is_err() {
+        return failed(checker, Code::Unavailable);
+    }
+    // Past the holder's expiry the answer no longer matters: give up and drop the stream.
+    let patience = held.expiry.saturating_sub(sent) + Duration::from_millis(1);
+    let answer = tokio::time::timeout(patience, stream.responses.next()).await;
+    let received = checker.now();
+    match answer {
+        Ok(Some(Ok(response))) => match response.result {
+            Some(renew_response::Result::Renewed(renewed)) => {
+                let ttl = Duration::from_millis(renewed.ttl_ms as u64);
+                assert_eq!(renewed.fencing_token, held.token, "renew changed the token");
+                checker.record(Event::Renewed {
+                    lease: held.lease,
+                    sent,
+                    received,
+                    ttl,
+                });
+                RenewResult::Renewed { sent, received }
+            }
+            Some(renew_response::Result::Lost(_)) => {
+                checker.record(Event::Lost {
+                    lease: held.lease,
+                    received,
+                });
+                RenewResult::Lost
+            }
+            None => failed(checker, Code::Internal),
+        },
+        Ok(Some(Err(status))) => failed(checker, status.code()),
+        Ok(None) => failed(checker, Code::Unavailable),
+        Err(_) => failed(checker, Code::DeadlineExceeded),
+    }
+}
+
+/// The GC-pause holder: takes a lease, writes, then stops renewing (a stop-the-world pause) past
+/// its TTL; once another client has taken the lease and written, it writes with its old token
+/// (the resource must reject it) and renews (the answer must be `lost`). Returns how many pauses
+/// completed.
+pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> usize {
+    let mut client = Client::new(usize::MAX, &endpoints, 0);
+    let mut completed = 0;
+    let mut round = 0;
+    while !checker.stopped() {
+        round += 1;
+        let name = round % checker.workload.names;
+        let ttl = Duration::from_millis(checker.workload.ttl_ms.0);
+        let Some(held) = acquire(
+            &checker,
+            &mut client,
+            "gc-pause",
+            name,
+            ttl,
+            Duration::from_secs(3),
+        )
+        .await
+        else {
+            continue;
+        };
+        let paused_at = checker.now();
+        let expiry = held.expiry;
+        checker.write(held.lease, name, held.token, false, |at| at < expiry);
+        // The pause: no renewal. Wait until someone else holds the lease and has written.
+        let give_up = checker.now() + Duration::from_secs(10);
+        while checker.highest_written(name) <= held.token && checker.now() < give_up {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if checker.highest_written(name) <= held.token {
+            continue; // nobody took it (a fault was in the way); try again
+        }
+        // Waking up: the old token is refused...
+        checker.write(held.lease, name, held.token, true, |_| true);
+        // ...and the next renewal says the lease is gone.
+        let mut answered = None;
+        for _ in 0..10 {
+            let mut renewals = None;
+            let probe = Held {
+                expiry: checker.now() + Duration::from_secs(3),
+                ..held.clone()
+            };
+            match renew(&checker, &mut client, &mut renewals, &probe).await {
+                RenewResult::Renewed { .. } => answered = Some(false),
+                RenewResult::Lost => answered = Some(true),
+                RenewResult::Failed => {
+                    client.next_replica();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    continue;
+                }
+            }
+            break;
+        }
+        if let Some(lost) = answered {
+            checker.record(Event::RenewAfterPause {
+                lease: held.lease,
+                lost,
+            });
+            checker.fault("gc_pause", paused_at, false);
+            completed += 1;
+        }
+    }
+    completed
+}
+
+/// One holder's lease as it saw it.
+#[derive(Clone, Debug)]
+struct Interval {
+    lease: usize,
+    token: u64,
+    start: Duration,
+    end: Duration,
+}
+
+/// What [`Checker::verify`] found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub grants: usize,
+    pub renewals: usize,
+    pub releases: usize,
+    pub writes_accepted: usize,
+    pub writes_rejected: usize,
+    pub failures: BTreeMap<String, usize>,
+    pub faults: BTreeMap<&'static str, usize>,
+    pub overlaps_in_data_loss_windows: usize,
+    pub stale_writes_rejected: usize,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    pub fn print(&self, title: &str) {
+        println!("== checker: {title} ==");
+        println!(
+            "grants checked: {}; renewals: {}; releases: {}; writes accepted: {}, rejected: {}",
+            self.grants, self.renewals, self.releases, self.writes_accepted, self.writes_rejected
+        );
+        println!("faults injected: {:?}", self.faults);
+        println!("failed calls (allowed under faults): {:?}", self.failures);
+        println!(
+            "stale writes rejected: {}; overlaps inside data-loss windows (allowed): {}",
+            self.stale_writes_rejected, self.overlaps_in_data_loss_windows
+        );
+        println!("violations: {}", self.violations.len());
+        for violation in self.violations.iter().take(20) {
+            println!("  VIOLATION {violation}");
+        }
+    }
+}
+
+impl Checker {
+    /// Checks the whole record; see the module documentation for what is checked.
+    pub fn verify(&self) -> Report {
+        let events = self.events();
+        let faults = self.faults();
+        let mut report = Report::default();
+        for fault in &faults {
+            *report.faults.entry(fault.kind).or_default() += 1;
+        }
+        let slack = CLOCK_SLACK;
+        let loss_windows: Vec<(Duration, Duration)> = faults
+            .iter()
+            .filter(|fault| fault.data_loss)
+            .map(|fault| (fault.start, fault.end + self.workload.max_ttl() + slack))
+            .collect();
+        let in_loss_window = |at: Duration| {
+            loss_windows
+                .iter()
+                .any(|(from, to)| *from <= at && at <= *to)
+        };
+
+        // Each lease's interval, by the holder's own view.
+        struct Lease {
+            name: usize,
+            token: u64,
+            ttl: Duration,
+            sent: Duration,
+            received: Duration,
+            renewals: Vec<(Duration, Duration, Duration)>,
+            lost: Option<Duration>,
+            release: Option<Duration>,
+        }
+        let mut leases: HashMap<usize, Lease> = HashMap::new();
+        for event in &events {
+            match event {
+                Event::Granted {
+                    lease,
+                    name,
+                    token,
+                    ttl,
+                    sent,
+                    received,
+                    ..
+                } => {
+                    leases.insert(
+                        *lease,
+                        Lease {
+                            name: *name,
+                            token: *token,
+                            ttl: *ttl,
+                            sent: *sent,
+                            received: *received,
+                            renewals: Vec::new(),
+                            lost: None,
+                            release: None,
+                        },
+                    );
+                }
+                Event::Renewed {
+                    lease,
+                    sent,
+                    received,
+                    ttl,
+                } => {
+                    report.renewals += 1;
+                    if let Some(lease) = leases.get_mut(lease) {
+                        lease.renewals.push((*sent, *received, *ttl));
+                    }
+                }
+                Event::Lost { lease, received } => {
+                    if let Some(lease) = leases.get_mut(lease) {
+                        lease.lost.get_or_insert(*received);
+                    }
+                }
+                Event::ReleaseCalled { lease, at } => {
+                    report.releases += 1;
+                    if let Some(lease) = leases.get_mut(lease) {
+                        lease.release.get_or_insert(*at);
+                    }
+                }
+                Event::Failed { rpc, code } => {
+                    *report
+                        .failures
+                        .entry(format!("{rpc} {code:?}"))
+                        .or_default() += 1;
+                    if matches!(code, Code::Internal | Code::InvalidArgument) {
+                        report
+                            .violations
+                            .push(format!("{rpc} answered {code:?}: never expected"));
+                    }
+                }
+                Event::RenewAfterPause { lease, lost } => {
+                    if !lost {
+                        report.violations.push(format!(
+                            "lease {lease}: renewed after its TTL passed and another holder took it"
+                        ));
+                    }
+                }
+                Event::Write { .. } => {}
+            }
+        }
+        report.grants = leases.len();
+        let mut intervals: HashMap<usize, Vec<Interval>> = HashMap::new();
+        let mut interval_of: HashMap<usize, (Duration, Duration)> = HashMap::new();
+        for (id, lease) in &leases {
+            let mut expiry = lease.sent + lease.ttl;
+            let mut renewals = lease.renewals.clone();
+            renewals.sort();
+            for (sent, received, ttl) in renewals {
+                if received >= expiry {
+                    break; // answered after the holder's view had ended
+                }
+                expiry = expiry.max(sent + ttl);
+            }
+            let mut end = expiry;
+            if let Some(lost) = lease.lost {
+                end = end.min(lost);
+            }
+            if let Some(release) = lease.release {
+                end = end.min(release);
+            }
+            interval_of.insert(*id, (lease.received, end));
+            intervals.entry(lease.name).or_default().push(Interval {
+                lease: *id,
+                token: lease.token,
+                start: lease.received,
+                end,
+            });
+        }
+
+        // Mutual exclusion.
+        for (name, list) in &mut intervals {
+            list.sort_by_key(|interval| interval.start);
+            let mut active: Vec<&Interval> = Vec::new();
+            for interval in list.iter() {
+                active.retain(|earlier| earlier.end > interval.start);
+                for earlier in &active {
+                    let overlap_end = earlier.end.min(interval.end);
+                    if overlap_end <= interval.start + slack {
+                        continue;
+                    }
+                    if in_loss_window(interval.start) {
+                        report.overlaps_in_data_loss_windows += 1;
+                    } else {
+                        report.violations.push(format!(
+                            "{}: leases {} (token {}, {:?}..{:?}) and {} (token {}, {:?}..{:?}) overlap",
+                            self.names[*name],
+                            earlier.lease,
+                            earlier.token,
+                            earlier.start,
+                            earlier.end,
+                            interval.lease,
+                            interval.token,
+                            interval.start,
+                            interval.end
+                        ));
+                    }
+                }
+                if interval.end > interval.start {
+                    active.push(interval);
+                }
+            }
+        }
+
+        // Tokens: unique per name, and increasing in grant order.
+        let mut by_name: HashMap<usize, Vec<&Lease>> = HashMap::new();
+        for lease in leases.values() {
+            by_name.entry(lease.name).or_default().push(lease);
+        }
+        for (name, mut grants) in by_name {
+            let mut seen = HashSet::new();
+            for grant in &grants {
+                if !seen.insert(grant.token) {
+                    report.violations.push(format!(
+                        "{}: token {} granted twice",
+                        self.names[name], grant.token
+                    ));
+                }
+            }
+            grants.sort_by_key(|grant| grant.received);
+            let mut prefix_max = Vec::with_capacity(grants.len());
+            let mut max = 0;
+            for grant in &grants {
+                max = max.max(grant.token);
+                prefix_max.push(max);
+            }
+            for later in &grants {
+                // Grants received before `later` was requested happened before it.
+                let before = grants.partition_point(|earlier| earlier.received < later.sent);
+                if before > 0 && prefix_max[before - 1] >= later.token {
+                    report.violations.push(format!(
+                        "{}: token {} granted after token {} had been received (backwards)",
+                        self.names[name],
+                        later.token,
+                        prefix_max[before - 1]
+                    ));
+                }
+            }
+        }
+
+        // Fencing, in the resource's own order.
+        let mut highest = vec![0u64; self.workload.names];
+        for event in &events {
+            let Event::Write {
+                lease,
+                name,
+                token,
+                at,
+                accepted,
+                stale_on_purpose,
+            } = event
+            else {
+                continue;
+            };
+            if *accepted {
+                report.writes_accepted += 1;
+            } else {
+                report.writes_rejected += 1;
+            }
+            let stale = *token < highest[*name];
+            if stale && *accepted {
+                report.violations.push(format!(
+                    "{}: write with stale token {token} accepted after {}",
+                    self.names[*name], highest[*name]
+                ));
+            }
+            if *accepted {
+                highest[*name] = highest[*name].max(*token);
+            }
+            if *stale_on_purpose {
+                if *accepted {
+                    report.violations.push(format!(
+                        "{}: the GC-paused holder's stale token {token} was accepted",
+                        self.names[*name]
+                    ));
+                } else {
+                    report.stale_writes_rejected += 1;
+                }
+            } else if !accepted && !in_loss_window(*at) {
+                let (start, end) = interval_of[lease];
+                report.violations.push(format!(
+                    "{}: lease {lease} (token {token}) was refused a write at {at:?} inside its own \
+                     interval {start:?}..{end:?}: a newer token was already written",
+                    self.names[*name]
+                ));
+            }
+        }
+        report
+    }
+}
