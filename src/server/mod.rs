@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{
     server::NamedService,
-    transport::{Certificate, Identity, Server, ServerTlsConfig},
+    transport::{Certificate, Identity, Server, ServerTlsConfig, server::TcpIncoming},
 };
 use tonic_health::server::HealthReporter;
 
@@ -168,13 +168,17 @@ pub async fn run<S: LeaseStore>(
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .max_concurrent_streams(Some(options.max_concurrent_streams))
-        .tcp_nodelay(true)
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         // grpcurl 1.8 speaks only v1alpha.
         .add_service(reflection().build_v1alpha()?)
         .add_service(lease_service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop_accepting);
+        // `Server::tcp_nodelay` is ignored for an incoming stream: set it on each accepted socket, or
+        // Nagle holds back small HTTP/2 frames for a delayed ACK (40 ms per call on Linux).
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            stop_accepting,
+        );
     tokio::pin!(serve);
 
     tokio::select! {

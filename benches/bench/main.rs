@@ -1,0 +1,642 @@
+//! leased's benchmarks: throughput, handoff latency and scale, against Redis itself and against
+//! what users had before. `cargo bench --bench bench -- [--quick]`, or `scripts/bench.sh`, which
+//! first installs the peers' tools. Starts everything it needs on 127.0.0.1 (redis-server, the
+//! release `leased` binary as a child process, etcd), runs every scenario, prints Markdown tables
+//! and writes `target/bench/report.json`. README.md, "Performance", explains the scenarios.
+//!
+//! - [`procs`]: the child processes, `/proc` and Redis `INFO`.
+//! - [`measure`]: closed-loop workers, latency quantiles, result rows.
+//! - [`workload`]: the store's scripts called directly, and cycles and renewals over gRPC.
+//! - [`handoff`]: release-to-grant latency with waiters lined up.
+//! - [`scale`]: 100,000 held leases.
+//! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
+
+mod etcd;
+mod handoff;
+mod measure;
+mod peers;
+mod procs;
+mod scale;
+mod workload;
+
+use std::{
+    fmt::Write as _,
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+use clap::Parser;
+use leased::lease::limits::parse_name;
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+use crate::{
+    etcd::{EtcdContender, EtcdCycle},
+    handoff::LeasedContender,
+    measure::{Budget, Row, closed_loop},
+    procs::{EtcdServer, LeasedServer, RedisServer},
+    workload::{DirectCycle, DirectRenew},
+};
+
+/// Errors of a scenario: any error, as text in the report.
+pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Concurrency levels of the cycle scenarios.
+const CONCURRENCY: [usize; 3] = [1, 16, 64];
+
+/// Open Renew streams in `grpc_renew` and `held_scale`.
+const RENEW_STREAMS: usize = 1000;
+
+#[derive(Parser, Debug)]
+#[command(about = "leased benchmarks (README.md, "Performance")")]
+struct Args {
+    /// Short measurements and 5,000 held leases instead of 100,000: checks that every scenario
+    /// runs (in well under a minute), not the numbers.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these scenarios (comma-separated names, e.g. `grpc_cycle,handoff`).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// HTTP/2 connections that the gRPC callers (and the etcd callers) share.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// `--redis-pool-size` of the server, and the pool of the direct store.
+    #[arg(long, default_value_t = 4)]
+    redis_pool_size: usize,
+    /// Leases held in held_scale (default 100,000, or 5,000 with --quick).
+    #[arg(long)]
+    held: Option<usize>,
+    /// Seconds each measurement runs (default 5, or 1 with --quick); longer runs suit a profiler.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// RUST_LOG of the leased child processes (their logs go to target/bench/).
+    #[arg(long, default_value = "warn")]
+    server_log: String,
+    /// Passed by `cargo bench`; without it (under `cargo test --benches`) nothing runs.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// What every scenario shares.
+struct Run {
+    args: Args,
+    budget: Budget,
+    redis: RedisServer,
+    server: LeasedServer,
+    channels: Vec<Channel>,
+}
+
+impl Run {
+    fn wants(&self, scenario: &str) -> bool {
+        self.args.only.is_empty() || self.args.only.iter().any(|name| name == scenario)
+    }
+
+    fn connections_note(&self) -> String {
+        format!("{} HTTP/2 connections", self.channels.len())
+    }
+
+    /// Handoffs measured at most per scenario (also bounded by the budget's time).
+    fn handoff_rounds(&self) -> usize {
+        match self.args.quick {
+            true => 200,
+            false => 5000,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if !args.bench {
+        eprintln!("run with `cargo bench --bench bench -- [--quick]`");
+        return ExitCode::SUCCESS;
+    }
+    match run(args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the wanted scenarios; `Ok(false)` if any of them failed.
+async fn run(args: Args) -> BenchResult<bool> {
+    let started = Instant::now();
+    let budget = match args.quick {
+        true => Budget {
+            warmup: Duration::from_millis(200),
+            measure: Duration::from_millis(1000),
+            max_ops_per_worker: 1_000_000,
+        },
+        false => Budget {
+            warmup: Duration::from_secs(1),
+            measure: Duration::from_secs(5),
+            max_ops_per_worker: 10_000_000,
+        },
+    };
+    let budget = Budget {
+        measure: args.seconds.map_or(budget.measure, Duration::from_secs_f64),
+        ..budget
+    };
+    let scenario_limit = match args.quick {
+        true => Duration::from_secs(60),
+        false => Duration::from_secs(600),
+    };
+    measure::meter_cpu("bench", std::process::id());
+    let redis = RedisServer::start().await?;
+    let mut extra_args = vec![
+        "--redis-pool-size".to_owned(),
+        args.redis_pool_size.to_string(),
+    ];
+    extra_args.extend(["--redis-timeout".to_owned(), "5s".to_owned()]);
+    let server =
+        LeasedServer::start("redis", Some(&redis.url()), &extra_args, &args.server_log).await?;
+    let channels = server.connections(args.connections).await?;
+    let run = Run {
+        args,
+        budget,
+        redis,
+        server,
+        channels,
+    };
+
+    let mut rows = Vec::new();
+    macro_rules! scenario {
+        ($name:literal, $work:expr) => {
+            if run.wants($name) {
+                rows.extend(scenario($name, scenario_limit, $work).await);
+            }
+        };
+    }
+    scenario!("redis_direct", redis_direct(&run));
+    scenario!("grpc_cycle", grpc_cycle(&run));
+    scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
+    scenario!("grpc_renew", grpc_renew(&run));
+    scenario!("handoff", handoff(&run));
+    scenario!("redis_benchmark_setnx", redis_benchmark_setnx(&run));
+    scenario!("redis_py_lock", redis_py_lock(&run));
+    scenario!("etcd_lock", etcd_lock(&run));
+    scenario!("held_scale", held_scale(&run));
+
+    let targets = targets(&rows, &run);
+    let report = report(&run, &rows, &targets, started.elapsed())?;
+    println!("{}", tables(&run, &rows, &targets, started.elapsed())?);
+    let path = procs::bench_dir().join("report.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    eprintln!("bench: wrote {}", path.display());
+    let failed: Vec<&Row> = rows.iter().filter(|row| row.error.is_some()).collect();
+    for row in &failed {
+        eprintln!(
+            "bench: {} FAILED: {}",
+            row.name,
+            row.error.as_deref().unwrap_or("")
+        );
+    }
+    Ok(failed.is_empty() && !rows.is_empty())
+}
+
+/// Runs one scenario within `limit`; a failure becomes a row that says why.
+async fn scenario(
+    name: &str,
+    limit: Duration,
+    work: impl Future<Output = BenchResult<Vec<Row>>>,
+) -> Vec<Row> {
+    eprintln!("bench: {name} ...");
+    let started = Instant::now();
+    let rows = match tokio::time::timeout(limit, work).await {
+        Ok(Ok(rows)) => rows,
+        Ok(Err(error)) => vec![Row::failed(name, error.to_string())],
+        Err(_) => vec![Row::failed(
+            name,
+            format!("did not finish within {limit:?}"),
+        )],
+    };
+    for row in &rows {
+        eprintln!(
+            "bench:   {:<26} {:>10.0} ops/s  p50 {:>8.3} ms  p99 {:>8.3} ms  {}{}",
+            row.name,
+            row.ops_per_s,
+            row.p50_ms,
+            row.p99_ms,
+            row.cpu_text(),
+            row.error
+                .as_ref()
+                .map(|e| format!("  FAILED: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "bench: {name} took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    rows
+}
+
+async fn redis_direct(run: &Run) -> BenchResult<Vec<Row>> {
+    let pool = run.args.redis_pool_size;
+    let store = workload::direct_store(&run.redis.url(), pool).await?;
+    let note = format!("RedisStore + fred in the bench process, no gRPC; pool of {pool}");
+    let mut rows = Vec::new();
+    for concurrency in CONCURRENCY {
+        let workers = (0..concurrency)
+            .map(|worker| {
+                Ok(DirectCycle {
+                    store: store.clone(),
+                    name: parse_name(&format!("bench/direct/c{concurrency}/{worker}"))?,
+                })
+            })
+            .collect::<BenchResult<Vec<_>>>()?;
+        let (samples, _) = closed_loop(workers, run.budget).await?;
+        rows.push(Row::new(
+            format!("redis_direct@{concurrency}"),
+            &samples,
+            format!("acquire.lua + release.lua; {note}"),
+        ));
+    }
+    let mut workers = Vec::new();
+    for worker in 0..64 {
+        let name = format!("bench/direct-renew/{worker}");
+        workers.push(DirectRenew::holding(store.clone(), &name).await?);
+    }
+    let (samples, _) = closed_loop(workers, run.budget).await?;
+    rows.push(Row::new(
+        "redis_direct_renew@64",
+        &samples,
+        format!("renew.lua; {note}"),
+    ));
+    Ok(rows)
+}
+
+async fn grpc_cycle(run: &Run) -> BenchResult<Vec<Row>> {
+    let mut rows = Vec::new();
+    for concurrency in CONCURRENCY {
+        let prefix = format!("bench/cycle/c{concurrency}");
+        let samples =
+            workload::measure_grpc_cycles(&run.channels, concurrency, &prefix, run.budget).await?;
+        rows.push(Row::new(
+            format!("grpc_cycle@{concurrency}"),
+            &samples,
+            format!(
+                "Acquire + Release over gRPC, Redis store; {}",
+                run.connections_note()
+            ),
+        ));
+    }
+    Ok(rows)
+}
+
+async fn grpc_cycle_memory(run: &Run) -> BenchResult<Vec<Row>> {
+    let server = LeasedServer::start("memory", None, &[], &run.args.server_log).await?;
+    let channels = server.connections(run.channels.len()).await?;
+    let mut rows = Vec::new();
+    for concurrency in CONCURRENCY {
+        let prefix = format!("bench/cycle-memory/c{concurrency}");
+        let samples =
+            workload::measure_grpc_cycles(&channels, concurrency, &prefix, run.budget).await?;
+        rows.push(Row::new(
+            format!("grpc_cycle_memory@{concurrency}"),
+            &samples,
+            format!(
+                "Acquire + Release over gRPC, embedded store; {}",
+                run.connections_note()
+            ),
+        ));
+    }
+    Ok(rows)
+}
+
+async fn grpc_renew(run: &Run) -> BenchResult<Vec<Row>> {
+    let names = (0..RENEW_STREAMS)
+        .map(|index| format!("bench/renew/{index}"))
+        .collect();
+    let leases = workload::acquire_many(&run.channels, names, workload::CYCLE_TTL_MS, 64).await?;
+    let streams =
+        workload::open_renew_streams(&run.channels, workload::split_among(leases, RENEW_STREAMS))
+            .await?;
+    let stream_count = streams.len();
+    let (samples, _) = closed_loop(streams, run.budget).await?;
+    Ok(vec![Row::new(
+        "grpc_renew",
+        &samples,
+        format!(
+            "{stream_count} Renew streams, one lease and one renewal in flight each; {}",
+            run.connections_note()
+        ),
+    )])
+}
+
+async fn handoff(run: &Run) -> BenchResult<Vec<Row>> {
+    let mut rows = Vec::new();
+    for waiters in [1, 16] {
+        let contenders = (0..=waiters)
+            .map(|index| LeasedContender {
+                client: workload::proto_client(&run.channels[index % run.channels.len()]),
+                name: format!("bench/handoff/w{waiters}"),
+            })
+            .collect();
+        let samples =
+            handoff::handoff(contenders, run.handoff_rounds(), run.budget.measure).await?;
+        rows.push(Row::new(
+            format!("handoff@{waiters}"),
+            &samples,
+            format!(
+                "Release call → next waiter's `granted`; {waiters} waiter(s) in Acquire, ops = handoffs"
+            ),
+        ));
+    }
+    Ok(rows)
+}
+
+async fn redis_benchmark_setnx(run: &Run) -> BenchResult<Vec<Row>> {
+    let port = run.redis.port;
+    let scale = match run.args.quick {
+        true => 1,
+        false => 5,
+    };
+    let mut rows = Vec::new();
+    for concurrency in CONCURRENCY {
+        let requests = scale
+            * match concurrency {
+                1 => 10_000,
+                _ => 60_000,
+            };
+        let row = tokio::task::spawn_blocking(move || {
+            peers::redis_benchmark_setnx(port, concurrency, requests)
+        })
+        .await??;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+async fn redis_py_lock(run: &Run) -> BenchResult<Vec<Row>> {
+    let (port, quick) = (run.redis.port, run.args.quick);
+    tokio::task::spawn_blocking(move || peers::redis_py_lock(port, quick)).await?
+}
+
+async fn etcd_lock(run: &Run) -> BenchResult<Vec<Row>> {
+    let etcd = EtcdServer::start().await?;
+    let mut channels = Vec::new();
+    for _ in 0..run.channels.len() {
+        channels.push(procs::connect(etcd.client_address).await?);
+    }
+    let note = format!(
+        "etcd 3.4 v3lock Lock + Unlock under a session lease, fsync on; {} HTTP/2 connections",
+        channels.len()
+    );
+    let mut rows = Vec::new();
+    for concurrency in CONCURRENCY {
+        let mut workers = Vec::new();
+        for worker in 0..concurrency {
+            let channel = channels[worker % channels.len()].clone();
+            let name = format!("bench/etcd/c{concurrency}/{worker}");
+            workers.push(EtcdCycle::new(channel, name).await?);
+        }
+        let (samples, _) = closed_loop(workers, run.budget).await?;
+        rows.push(Row::new(
+            format!("etcd_lock@{concurrency}"),
+            &samples,
+            note.clone(),
+        ));
+    }
+    let mut contenders = Vec::new();
+    for index in 0..2 {
+        let channel = channels[index % channels.len()].clone();
+        contenders.push(EtcdContender::new(channel, "bench/etcd/handoff".to_owned()).await?);
+    }
+    // Each round holds the lock for 150 ms (see `etcd::WATCH_SYNC`): give it more time.
+    let limit = run.budget.measure.max(Duration::from_secs(3));
+    let samples = handoff::handoff(contenders, run.handoff_rounds(), limit).await?;
+    rows.push(Row::new(
+        "etcd_lock_handoff@1",
+        &samples,
+        "Unlock call → the blocked Lock call returns; 1 waiter, lock held 150 ms per round",
+    ));
+    Ok(rows)
+}
+
+async fn held_scale(run: &Run) -> BenchResult<Vec<Row>> {
+    // Start from an empty Redis: keys of earlier scenarios expiring meanwhile would skew the
+    // memory measured per lease.
+    run.redis.command(&["FLUSHALL", "SYNC"])?;
+    let scale = scale::Scale {
+        held: run
+            .args
+            .held
+            .unwrap_or(if run.args.quick { 5_000 } else { 100_000 }),
+        streams: RENEW_STREAMS,
+        quick: run.args.quick,
+    };
+    scale::held_scale(&scale, &run.redis, &run.server, &run.channels, run.budget).await
+}
+
+/// One target of the issue, next to what was measured.
+struct Target {
+    name: &'static str,
+    measured: Option<f64>,
+    text: String,
+    met: Option<bool>,
+}
+
+fn find<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|row| row.name == name && row.error.is_none())
+}
+
+fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
+    let mut targets = Vec::new();
+    let mut ratio_target = |name, numerator: &str, denominator: &str, goal: f64| {
+        let (measured, text) = match (find(rows, numerator), find(rows, denominator)) {
+            (Some(n), Some(d)) => {
+                let ratio = n.ops_per_s / d.ops_per_s;
+                let text = format!("{ratio:.2} ({:.0} / {:.0} ops/s)", n.ops_per_s, d.ops_per_s);
+                (Some(ratio), text)
+            }
+            _ => (None, "not measured".to_owned()),
+        };
+        targets.push(Target {
+            name,
+            measured,
+            text,
+            met: measured.map(|ratio| ratio >= goal),
+        });
+    };
+    ratio_target(
+        "grpc_cycle@64 ≥ 0.5 × redis_direct@64",
+        "grpc_cycle@64",
+        "redis_direct@64",
+        0.5,
+    );
+    ratio_target(
+        "grpc_renew ≥ 0.5 × redis_direct_renew@64",
+        "grpc_renew",
+        "redis_direct_renew@64",
+        0.5,
+    );
+    let handoff = find(rows, "handoff@1");
+    for (name, quantile, goal) in [
+        ("handoff@1 p50 ≤ 1 ms", handoff.map(|row| row.p50_ms), 1.0),
+        ("handoff@1 p99 ≤ 5 ms", handoff.map(|row| row.p99_ms), 5.0),
+    ] {
+        targets.push(Target {
+            name,
+            measured: quantile,
+            text: quantile.map_or("not measured".into(), |ms| format!("{ms:.3} ms")),
+            met: quantile.map(|ms| ms <= goal),
+        });
+    }
+    let held = find(rows, "held_scale");
+    let held_count = held.and_then(|row| row.extra.get("held")?.as_u64());
+    let scaled = match run.args.quick {
+        true => format!(" ({} held: --quick)", held_count.unwrap_or_default()),
+        false => String::new(),
+    };
+    let per_lease = held.and_then(|row| row.extra.get("redis_bytes_per_lease")?.as_f64());
+    targets.push(Target {
+        name: "≤ 300 B of Redis memory per held lease",
+        measured: per_lease,
+        text: per_lease.map_or("not measured".into(), |b| format!("{b:.0} B{scaled}")),
+        met: per_lease.map(|bytes| bytes <= 300.0),
+    });
+    let rss = held.and_then(|row| row.extra.get("server_rss_bytes")?.as_f64());
+    targets.push(Target {
+        name: "server RSS ≤ 200 MB with 100,000 held and 1,000 streams",
+        measured: rss.map(|bytes| bytes / 1e6),
+        text: rss.map_or("not measured".into(), |b| {
+            format!("{:.1} MB{scaled}", b / 1e6)
+        }),
+        met: rss.map(|bytes| bytes <= 200e6),
+    });
+    targets
+}
+
+/// Ratios to Redis itself and to the peers, for the report.
+fn ratios(rows: &[Row]) -> serde_json::Map<String, Value> {
+    let mut ratios = serde_json::Map::new();
+    let throughput = [
+        ("grpc_cycle@64", "redis_direct@64"),
+        ("grpc_cycle@16", "redis_direct@16"),
+        ("grpc_cycle@1", "redis_direct@1"),
+        ("grpc_renew", "redis_direct_renew@64"),
+        ("grpc_cycle_memory@64", "grpc_cycle@64"),
+        ("grpc_cycle@64", "etcd_lock@64"),
+        ("grpc_cycle@16", "redis_py_lock@16"),
+        ("grpc_cycle@64", "redis_benchmark_setnx@64"),
+        ("held_scale", "grpc_cycle@64"),
+    ];
+    for (numerator, denominator) in throughput {
+        if let (Some(n), Some(d)) = (find(rows, numerator), find(rows, denominator)) {
+            let ratio = n.ops_per_s / d.ops_per_s;
+            ratios.insert(
+                format!("{numerator} / {denominator} ops_per_s"),
+                json!((ratio * 1000.0).round() / 1000.0),
+            );
+        }
+    }
+    for peer in ["redis_py_lock_handoff@1", "etcd_lock_handoff@1"] {
+        if let (Some(ours), Some(theirs)) = (find(rows, "handoff@1"), find(rows, peer)) {
+            ratios.insert(
+                format!("{peer} / handoff@1 p50_ms"),
+                json!((theirs.p50_ms / ours.p50_ms * 10.0).round() / 10.0),
+            );
+        }
+    }
+    ratios
+}
+
+fn environment(run: &Run) -> Value {
+    let version = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .and_then(|output| String::from_utf8(output.stdout).ok())
+            .and_then(|text| text.lines().next().map(str::to_owned))
+    };
+    json!({
+        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "redis_server": run.redis.command(&["INFO", "server"]).ok().and_then(|info| {
+            info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(str::to_owned)
+        }),
+        "etcd": version("etcd", &["--version"]),
+        "leased": env!("CARGO_PKG_VERSION"),
+        "grpc_connections": run.channels.len(),
+        "redis_pool_size": run.args.redis_pool_size,
+        "server": "release leased binary as a child process; RUST_LOG=".to_owned() + &run.args.server_log,
+        "warmup_s": run.budget.warmup.as_secs_f64(),
+        "measure_s": run.budget.measure.as_secs_f64(),
+    })
+}
+
+fn report(run: &Run, rows: &[Row], targets: &[Target], elapsed: Duration) -> BenchResult<Value> {
+    Ok(json!({
+        "quick": run.args.quick,
+        "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "environment": environment(run),
+        "scenarios": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+        "ratios": ratios(rows),
+        "targets": targets.iter().map(|t| json!({
+            "target": t.name,
+            "measured": t.measured,
+            "text": t.text,
+            "met": t.met,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+fn tables(run: &Run, rows: &[Row], targets: &[Target], elapsed: Duration) -> BenchResult<String> {
+    let mut out = String::new();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    writeln!(
+        out,
+        "leased benchmark ({}, {cores} cores, {:.0} s; everything on this machine)\n",
+        if run.args.quick { "--quick" } else { "full" },
+        elapsed.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "| scenario | ops/s | p50 ms | p99 ms | CPU µs per op | notes |"
+    )?;
+    writeln!(out, "|---|--:|--:|--:|---|---|")?;
+    for row in rows {
+        match &row.error {
+            Some(error) => writeln!(out, "| {} | FAILED | | | | {error} |", row.name)?,
+            None => writeln!(
+                out,
+                "| {} | {} | {:.3} | {:.3} | {} | {} |",
+                row.name,
+                thousands(row.ops_per_s),
+                row.p50_ms,
+                row.p99_ms,
+                row.cpu_text(),
+                row.note
+            )?,
+        }
+    }
+    writeln!(out, "\n| target | measured | met |")?;
+    writeln!(out, "|---|---|---|")?;
+    for target in targets {
+        let met = match target.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        writeln!(out, "| {} | {} | {met} |", target.name, target.text)?;
+    }
+    Ok(out)
+}
+
+/// `12345.6` as `12,346`.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value);
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}

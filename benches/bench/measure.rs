@@ -1,0 +1,293 @@
+//! Closed-loop load: N workers, each doing one operation after another for a bounded time and
+//! count, with a warm-up that is not measured; latencies of every measured operation; one result
+//! row per scenario.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::BenchResult;
+
+/// How long a measurement runs, and at most how many operations each worker does.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub max_ops_per_worker: u64,
+}
+
+/// One worker of a closed loop: it owns its connection or stream and does one operation per call.
+pub trait Worker: Send + 'static {
+    fn op(&mut self) -> impl Future<Output = BenchResult<()>> + Send;
+}
+
+/// What a measurement saw: the latency of every measured operation, the time they took, and
+/// the CPU time each metered process spent meanwhile.
+#[derive(Debug, Default)]
+pub struct Samples {
+    pub latencies: Vec<Duration>,
+    pub elapsed: Duration,
+    pub cpu: Vec<(String, Duration)>,
+}
+
+/// The processes whose CPU time closed loops measure: `(label, pid)`.
+static METERED: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+
+/// Measures the CPU time of `pid` (as `label`) in every closed loop from now on.
+pub fn meter_cpu(label: &str, pid: u32) {
+    let mut metered = METERED.lock().expect("metered lock");
+    metered.retain(|(known, _)| known != label);
+    metered.push((label.to_owned(), pid));
+}
+
+/// Stops measuring the CPU time of `label` (its process ended).
+pub fn unmeter_cpu(label: &str) {
+    METERED
+        .lock()
+        .expect("metered lock")
+        .retain(|(known, _)| known != label);
+}
+
+/// User plus system CPU time of each metered process so far.
+fn cpu_times() -> Vec<(String, Duration)> {
+    // `/proc/<pid>/stat` counts in clock ticks of 1/100 s on Linux.
+    const TICK: Duration = Duration::from_millis(10);
+    let metered = METERED.lock().expect("metered lock").clone();
+    metered
+        .into_iter()
+        .filter_map(|(label, pid)| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks: u64 =
+                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            Some((label, TICK * ticks as u32))
+        })
+        .collect()
+}
+
+/// CPU time spent between two [`cpu_times`] readings, per process.
+fn cpu_spent(
+    before: &[(String, Duration)],
+    after: Vec<(String, Duration)>,
+) -> Vec<(String, Duration)> {
+    after
+        .into_iter()
+        .filter_map(|(label, total)| {
+            let (_, start) = before.iter().find(|(known, _)| *known == label)?;
+            Some((label, total.saturating_sub(*start)))
+        })
+        .collect()
+}
+
+impl Samples {
+    pub fn ops_per_s(&self) -> f64 {
+        match self.elapsed.as_secs_f64() {
+            0.0 => 0.0,
+            seconds => self.latencies.len() as f64 / seconds,
+        }
+    }
+
+    /// The `quantile` (0 to 1) latency in milliseconds, nearest rank.
+    pub fn quantile_ms(&self, quantile: f64) -> f64 {
+        let mut sorted = self.latencies.clone();
+        sorted.sort_unstable();
+        match sorted.len() {
+            0 => f64::NAN,
+            n => {
+                let rank = ((quantile * n as f64).ceil() as usize).clamp(1, n);
+                sorted[rank - 1].as_secs_f64() * 1000.0
+            }
+        }
+    }
+}
+
+/// Runs every worker as its own task until the budget is spent; fails if any operation fails.
+/// Gives the workers back (with their connections and streams still open).
+pub async fn closed_loop<W: Worker>(
+    workers: Vec<W>,
+    budget: Budget,
+) -> BenchResult<(Samples, Vec<W>)> {
+    let started = Instant::now();
+    let measure_from = started + budget.warmup;
+    let stop_at = measure_from + budget.measure;
+    let cpu_at_start = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        cpu_times()
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut worker in workers {
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut last_done = measure_from;
+            for _ in 0..budget.max_ops_per_worker {
+                let op_started = Instant::now();
+                if op_started >= stop_at {
+                    break;
+                }
+                worker.op().await?;
+                let done = Instant::now();
+                if op_started >= measure_from {
+                    latencies.push(done - op_started);
+                    last_done = done;
+                }
+            }
+            BenchResult::Ok((worker, latencies, last_done))
+        });
+    }
+    let mut samples = Samples::default();
+    let mut workers = Vec::new();
+    let mut last_done = measure_from;
+    while let Some(joined) = tasks.join_next().await {
+        let (worker, latencies, done) = joined??;
+        workers.push(worker);
+        samples.latencies.extend(latencies);
+        last_done = last_done.max(done);
+    }
+    samples.elapsed = last_done.saturating_duration_since(measure_from);
+    samples.cpu = cpu_spent(&cpu_at_start.await?, cpu_times());
+    Ok((samples, workers))
+}
+
+/// Latencies collected by many tasks at once (for scenarios that are not a closed loop).
+#[derive(Clone, Default)]
+pub struct SharedSamples(Arc<std::sync::Mutex<Vec<Duration>>>);
+
+impl SharedSamples {
+    pub fn record(&self, latency: Duration) {
+        self.0.lock().expect("samples lock").push(latency);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("samples lock").len()
+    }
+
+    pub fn take(&self, elapsed: Duration) -> Samples {
+        Samples {
+            latencies: std::mem::take(&mut *self.0.lock().expect("samples lock")),
+            elapsed,
+            cpu: Vec::new(),
+        }
+    }
+}
+
+/// One line of the results table and of `report.json`.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub name: String,
+    pub ops_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub samples: usize,
+    /// Extra numbers of this scenario (memory, counts), for `report.json`.
+    pub extra: serde_json::Map<String, Value>,
+    /// What the numbers mean or how they were made, for the table.
+    pub note: String,
+    /// Why the scenario failed, if it did.
+    pub error: Option<String>,
+}
+
+impl Row {
+    pub fn new(name: impl Into<String>, samples: &Samples, note: impl Into<String>) -> Self {
+        let mut extra = serde_json::Map::new();
+        if !samples.cpu.is_empty() && !samples.latencies.is_empty() {
+            let per_op: serde_json::Map<String, Value> = samples
+                .cpu
+                .iter()
+                .map(|(label, spent)| {
+                    let micros = spent.as_secs_f64() * 1e6 / samples.latencies.len() as f64;
+                    (label.clone(), json!(micros.round()))
+                })
+                .collect();
+            extra.insert("cpu_us_per_op".into(), per_op.into());
+        }
+        Row {
+            name: name.into(),
+            ops_per_s: samples.ops_per_s(),
+            p50_ms: samples.quantile_ms(0.50),
+            p99_ms: samples.quantile_ms(0.99),
+            samples: samples.latencies.len(),
+            extra,
+            note: note.into(),
+            error: None,
+        }
+    }
+
+    /// `leased 109 · bench 65 · redis 44`: CPU microseconds per operation, by process.
+    pub fn cpu_text(&self) -> String {
+        let Some(Value::Object(per_op)) = self.extra.get("cpu_us_per_op") else {
+            return String::new();
+        };
+        per_op
+            .iter()
+            .filter_map(|(label, micros)| {
+                let micros = micros.as_f64().filter(|micros| *micros >= 1.0)?;
+                Some(format!("{label} {micros:.0}"))
+            })
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+
+    /// A row from numbers another tool measured (redis-benchmark, the redis-py script).
+    pub fn measured_elsewhere(
+        name: impl Into<String>,
+        ops_per_s: f64,
+        p50_ms: f64,
+        p99_ms: f64,
+        samples: usize,
+        note: impl Into<String>,
+    ) -> Self {
+        Row {
+            name: name.into(),
+            ops_per_s,
+            p50_ms,
+            p99_ms,
+            samples,
+            extra: serde_json::Map::new(),
+            note: note.into(),
+            error: None,
+        }
+    }
+
+    pub fn failed(name: impl Into<String>, error: String) -> Self {
+        Row {
+            name: name.into(),
+            ops_per_s: f64::NAN,
+            p50_ms: f64::NAN,
+            p99_ms: f64::NAN,
+            samples: 0,
+            extra: serde_json::Map::new(),
+            note: String::new(),
+            error: Some(error),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn to_json(&self) -> Value {
+        let number = |value: f64| match value.is_finite() {
+            true => json!((value * 1000.0).round() / 1000.0),
+            false => Value::Null,
+        };
+        let mut object = json!({
+            "name": self.name,
+            "ops_per_s": number(self.ops_per_s),
+            "p50_ms": number(self.p50_ms),
+            "p99_ms": number(self.p99_ms),
+            "samples": self.samples,
+            "note": self.note,
+        });
+        let map = object.as_object_mut().expect("an object");
+        map.extend(self.extra.clone());
+        if let Some(error) = &self.error {
+            map.insert("error".into(), json!(error));
+        }
+        object
+    }
+}

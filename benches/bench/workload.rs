@@ -1,0 +1,303 @@
+//! Load on leased itself: the store's scripts straight through fred (the ceiling), acquire and
+//! release cycles and renewals through the gRPC server, and many leases held at once.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use leased::{
+    lease::{AcquireOutcome, LeaseId, LeaseName, LeaseStore, RenewOutcome, limits::parse_name},
+    proto::{
+        AcquireRequest, Granted, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
+        lease_service_client::LeaseServiceClient, renew_response,
+    },
+    store::{RedisOptions, RedisStore},
+};
+use tokio::sync::mpsc;
+use tonic::{Streaming, transport::Channel};
+
+use crate::{
+    BenchResult,
+    measure::{Budget, Samples, Worker, closed_loop},
+};
+
+/// TTL of the leases that cycles take: long enough that none expires during a run.
+pub const CYCLE_TTL_MS: i64 = 30_000;
+
+/// The store that `leased serve` builds, with the same defaults, in this process.
+pub async fn direct_store(redis_url: &str, pool_size: usize) -> BenchResult<Arc<RedisStore>> {
+    let store = RedisStore::connect(&RedisOptions {
+        url: redis_url.to_owned(),
+        command_timeout: Duration::from_secs(2),
+        pool_size,
+        key_prefix: "leased:".to_owned(),
+        max_waiters_per_name: 1024,
+    })?;
+    let started = Instant::now();
+    while store.ping().await.is_err() {
+        if started.elapsed() > Duration::from_secs(10) {
+            return Err("the direct RedisStore never connected".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(Arc::new(store))
+}
+
+/// Acquire then release on the store itself (the same Lua scripts, no gRPC).
+pub struct DirectCycle {
+    pub store: Arc<RedisStore>,
+    pub name: LeaseName,
+}
+
+impl Worker for DirectCycle {
+    async fn op(&mut self) -> BenchResult<()> {
+        let lease_id = LeaseId::generate();
+        let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
+        match self
+            .store
+            .try_acquire(&self.name, "bench", ttl, &lease_id)
+            .await?
+        {
+            AcquireOutcome::Granted(_) => {}
+            AcquireOutcome::Busy(_) => return Err(format!("{} is busy", self.name).into()),
+        }
+        if !self.store.release(&self.name, &lease_id).await? {
+            return Err(format!("{} was not released", self.name).into());
+        }
+        Ok(())
+    }
+}
+
+/// Renewals of one held lease on the store itself.
+pub struct DirectRenew {
+    pub store: Arc<RedisStore>,
+    pub name: LeaseName,
+    pub lease_id: LeaseId,
+}
+
+impl DirectRenew {
+    pub async fn holding(store: Arc<RedisStore>, name: &str) -> BenchResult<Self> {
+        let name = parse_name(name)?;
+        let lease_id = LeaseId::generate();
+        let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
+        match store.try_acquire(&name, "bench", ttl, &lease_id).await? {
+            AcquireOutcome::Granted(_) => Ok(DirectRenew {
+                store,
+                name,
+                lease_id,
+            }),
+            AcquireOutcome::Busy(_) => Err(format!("{name} is busy").into()),
+        }
+    }
+}
+
+impl Worker for DirectRenew {
+    async fn op(&mut self) -> BenchResult<()> {
+        match self.store.renew(&self.name, &self.lease_id, None).await? {
+            RenewOutcome::Renewed { .. } => Ok(()),
+            RenewOutcome::Lost(reason) => {
+                Err(format!("{} lost: {}", self.name, reason.as_str()).into())
+            }
+        }
+    }
+}
+
+/// Acquire (`wait_ms` 0) and read the stream to its terminal message, as the project's Rust
+/// client does; fails unless granted.
+pub async fn acquire_granted(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    ttl_ms: i64,
+) -> BenchResult<Granted> {
+    let request = AcquireRequest {
+        name: name.to_owned(),
+        holder: "bench".to_owned(),
+        ttl_ms,
+        wait_ms: 0,
+    };
+    let mut stream = client.acquire(request).await?.into_inner();
+    while let Some(message) = stream.message().await? {
+        match message.result {
+            Some(acquire_response::Result::Granted(granted)) => return Ok(granted),
+            Some(acquire_response::Result::NotGranted(_)) => {
+                return Err(format!("{name} is busy").into());
+            }
+            _ => {}
+        }
+    }
+    Err(format!("Acquire of {name} ended without a terminal message").into())
+}
+
+/// Release that must succeed.
+pub async fn release(
+    client: &mut LeaseServiceClient<Channel>,
+    name: String,
+    lease_id: String,
+) -> BenchResult<()> {
+    let released = client
+        .release(ReleaseRequest { name, lease_id })
+        .await?
+        .into_inner()
+        .released;
+    match released {
+        true => Ok(()),
+        false => Err("Release answered released=false".into()),
+    }
+}
+
+/// A generated `lease.v1` client on `channel` (clones share its HTTP/2 connection).
+pub fn proto_client(channel: &Channel) -> LeaseServiceClient<Channel> {
+    LeaseServiceClient::new(channel.clone())
+}
+
+/// Acquire then Release through the gRPC server, one lease name per worker.
+pub struct GrpcCycle {
+    pub client: LeaseServiceClient<Channel>,
+    pub name: String,
+}
+
+impl Worker for GrpcCycle {
+    async fn op(&mut self) -> BenchResult<()> {
+        let granted = acquire_granted(&mut self.client, &self.name, CYCLE_TTL_MS).await?;
+        release(&mut self.client, granted.name, granted.lease_id).await
+    }
+}
+
+/// `concurrency` cycle workers spread round-robin over `channels` (one HTTP/2 connection each).
+pub fn grpc_cycle_workers(
+    channels: &[Channel],
+    concurrency: usize,
+    prefix: &str,
+) -> Vec<GrpcCycle> {
+    (0..concurrency)
+        .map(|worker| GrpcCycle {
+            client: LeaseServiceClient::new(channels[worker % channels.len()].clone()),
+            name: format!("{prefix}/{worker}"),
+        })
+        .collect()
+}
+
+/// Acquires `names` (all must be free) with `concurrency` callers spread over `channels`.
+pub async fn acquire_many(
+    channels: &[Channel],
+    names: Vec<String>,
+    ttl_ms: i64,
+    concurrency: usize,
+) -> BenchResult<Vec<Granted>> {
+    let names = Arc::new(names);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..concurrency {
+        let mut client = LeaseServiceClient::new(channels[worker % channels.len()].clone());
+        let (names, next) = (names.clone(), next.clone());
+        tasks.spawn(async move {
+            let mut granted = Vec::new();
+            loop {
+                let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(name) = names.get(index) else {
+                    return BenchResult::Ok(granted);
+                };
+                granted.push(acquire_granted(&mut client, name, ttl_ms).await?);
+            }
+        });
+    }
+    let mut all = Vec::with_capacity(names.len());
+    while let Some(joined) = tasks.join_next().await {
+        all.extend(joined??);
+    }
+    Ok(all)
+}
+
+/// One open `Renew` stream: sends a renewal, waits for its answer, and so on (one in flight).
+pub struct RenewStream {
+    requests: mpsc::Sender<RenewRequest>,
+    responses: Streaming<RenewResponse>,
+    leases: Vec<Granted>,
+    next: usize,
+}
+
+impl RenewStream {
+    /// Opens a stream that will renew `leases` in turn.
+    pub async fn open(channel: Channel, leases: Vec<Granted>) -> BenchResult<Self> {
+        let (requests, outbound) = mpsc::channel(4);
+        let responses = LeaseServiceClient::new(channel)
+            .renew(tokio_stream::wrappers::ReceiverStream::new(outbound))
+            .await?
+            .into_inner();
+        Ok(RenewStream {
+            requests,
+            responses,
+            leases,
+            next: 0,
+        })
+    }
+
+    /// How many leases this stream renews.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Renews the next lease of this stream and checks the answer.
+    pub async fn renew_next(&mut self) -> BenchResult<()> {
+        let lease = &self.leases[self.next % self.leases.len()];
+        self.next += 1;
+        self.requests
+            .send(RenewRequest {
+                name: lease.name.clone(),
+                lease_id: lease.lease_id.clone(),
+                ttl_ms: 0,
+            })
+            .await
+            .map_err(|_| "the Renew stream closed")?;
+        let response = self
+            .responses
+            .message()
+            .await?
+            .ok_or("the Renew stream ended")?;
+        match response.result {
+            Some(renew_response::Result::Renewed(_)) => Ok(()),
+            other => Err(format!("renewal of {} answered {other:?}", response.name).into()),
+        }
+    }
+}
+
+impl Worker for RenewStream {
+    async fn op(&mut self) -> BenchResult<()> {
+        self.renew_next().await
+    }
+}
+
+/// Opens one Renew stream per group of leases, spread round-robin over `channels`.
+pub async fn open_renew_streams(
+    channels: &[Channel],
+    groups: Vec<Vec<Granted>>,
+) -> BenchResult<Vec<RenewStream>> {
+    let mut streams = Vec::with_capacity(groups.len());
+    for (index, leases) in groups.into_iter().enumerate() {
+        streams.push(RenewStream::open(channels[index % channels.len()].clone(), leases).await?);
+    }
+    Ok(streams)
+}
+
+/// Splits `leases` into `streams` groups of (nearly) equal size.
+pub fn split_among(leases: Vec<Granted>, streams: usize) -> Vec<Vec<Granted>> {
+    let mut groups: Vec<Vec<Granted>> = (0..streams).map(|_| Vec::new()).collect();
+    for (index, lease) in leases.into_iter().enumerate() {
+        groups[index % streams].push(lease);
+    }
+    groups.retain(|group| !group.is_empty());
+    groups
+}
+
+/// Runs the cycle workers for `budget` and returns what they measured.
+pub async fn measure_grpc_cycles(
+    channels: &[Channel],
+    concurrency: usize,
+    prefix: &str,
+    budget: Budget,
+) -> BenchResult<Samples> {
+    let (samples, _) =
+        closed_loop(grpc_cycle_workers(channels, concurrency, prefix), budget).await?;
+    Ok(samples)
+}
