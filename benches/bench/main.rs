@@ -48,7 +48,7 @@ const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const RENEW_STREAMS: usize = 1000;
 
 #[derive(Parser, Debug)]
-#[command(about = "leased benchmarks (README.md, "Performance")")]
+#[command(about = "leased benchmarks (README.md, section Performance)")]
 struct Args {
     /// Short measurements and 5,000 held leases instead of 100,000: checks that every scenario
     /// runs (in well under a minute), not the numbers.
