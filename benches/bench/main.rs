@@ -72,6 +72,9 @@ struct Args {
     /// RUST_LOG of the leased child processes (their logs go to target/bench/).
     #[arg(long, default_value = "warn")]
     server_log: String,
+    /// Serve with this `leased` binary instead of the one cargo built (to compare two builds).
+    #[arg(long)]
+    leased_bin: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; without it (under `cargo test --benches`) nothing runs.
     #[arg(long, hide = true)]
     bench: bool,
@@ -144,6 +147,9 @@ async fn run(args: Args) -> BenchResult<bool> {
         true => Duration::from_secs(60),
         false => Duration::from_secs(600),
     };
+    if let Some(path) = &args.leased_bin {
+        procs::LEASED_BIN.set(path.clone()).expect("set once");
+    }
     measure::meter_cpu("bench", std::process::id());
     let redis = RedisServer::start().await?;
     let mut extra_args = vec![

@@ -137,6 +137,9 @@ impl RedisServer {
     }
 }
 
+/// The `leased` binary the bench starts instead of the one cargo built (`--leased-bin`).
+pub static LEASED_BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 /// The release `leased` binary as a child process, logging to `target/bench/leased-<label>.log`.
 pub struct LeasedServer {
     pub address: SocketAddr,
@@ -155,7 +158,11 @@ impl LeasedServer {
     ) -> BenchResult<Self> {
         let address: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
         let log = File::create(bench_dir().join(format!("leased-{label}.log")))?;
-        let mut command = Command::new(env!("CARGO_BIN_EXE_leased"));
+        let program = LEASED_BIN
+            .get()
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leased")));
+        let mut command = Command::new(program);
         command
             .args(["serve", "--listen", &address.to_string()])
             .args(extra_args)

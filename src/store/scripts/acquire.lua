@@ -51,9 +51,10 @@ end
 local token = redis.call('INCR', KEYS[3])
 if token < now_us then
   token = now_us
-  redis.call('SET', KEYS[3], string.format('%d', token))
+  redis.call('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[4])
+else
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[4])
 
 redis.call('HSET', KEYS[2], 'id', ARGV[1], 'holder', ARGV[2], 'token', string.format('%d', token),
   'ttl', ARGV[3], 'exp', expiry)
