@@ -247,24 +247,11 @@ async fn expired_lease_is_taken_over_and_the_old_holder_has_lost_it(server: &Lea
 async fn renewals_keep_a_short_lease_alive(server: &Leased) {
     let mut client = server.client().await;
     let granted = must_acquire(&mut client, "kept-alive", 300).await;
-    let (requests, receiver) = tokio::sync::mpsc::channel(4);
-    let mut responses = client
-        .renew(tokio_stream::wrappers::ReceiverStream::new(receiver))
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = OpenRenewStream::open(&mut client).await;
     let mut other = server.client().await;
     for round in 0..15 {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        requests
-            .send(RenewRequest {
-                name: granted.name.clone(),
-                lease_id: granted.lease_id.clone(),
-                ttl_ms: 0,
-            })
-            .await
-            .unwrap();
-        let response = responses.next().await.unwrap().unwrap();
+        let response = stream.renew(&granted, 0).await.unwrap();
         let Some(renew_response::Result::Renewed(renewed)) = response.result else {
             panic!("round {round}: lease lost: {response:?}");
         };
@@ -275,15 +262,7 @@ async fn renewals_keep_a_short_lease_alive(server: &Leased) {
             None
         );
     }
-    requests
-        .send(RenewRequest {
-            name: granted.name.clone(),
-            lease_id: granted.lease_id.clone(),
-            ttl_ms: 5_000,
-        })
-        .await
-        .unwrap();
-    let response = responses.next().await.unwrap().unwrap();
+    let response = stream.renew(&granted, 5_000).await.unwrap();
     let Some(renew_response::Result::Renewed(renewed)) = response.result else {
         panic!("lease lost: {response:?}");
     };

@@ -50,8 +50,6 @@ use prost::{
     bytes::{Buf, BufMut},
     encoding::{WireType, encode_key, encode_varint},
 };
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{
     Code, Status,
     codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
@@ -792,22 +790,9 @@ async fn calls_past_max_concurrent_streams_wait_for_a_free_stream() {
 
     let mut open = Vec::new();
     for _ in 0..LIMIT {
-        let (requests, receiver) = mpsc::channel(1);
-        let mut responses = client
-            .renew(ReceiverStream::new(receiver))
-            .await
-            .unwrap()
-            .into_inner();
-        requests
-            .send(RenewRequest {
-                name: held.name.clone(),
-                lease_id: held.lease_id.clone(),
-                ttl_ms: 0,
-            })
-            .await
-            .unwrap();
-        responses.next().await.unwrap().unwrap();
-        open.push((requests, responses));
+        let mut stream = OpenRenewStream::open(&mut client).await;
+        stream.renew(&held, 0).await.unwrap();
+        open.push(stream);
     }
 
     let mut queued_client = client.clone();
@@ -984,38 +969,23 @@ const MAX_RSS_MIB: u64 = 512;
 const MAX_EXTRA_FDS: usize = CONNECTIONS + 40;
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
 
-type RenewStream = (mpsc::Sender<RenewRequest>, tonic::Streaming<RenewResponse>);
-
 /// One Renew stream per grant, spread over `clients`, each with one renewal answered.
 async fn open_renew_streams(
     clients: &[LeaseServiceClient<Channel>],
     grants: &Arc<Vec<leased::proto::Granted>>,
-) -> Vec<RenewStream> {
+) -> Vec<OpenRenewStream> {
     stream::iter(0..grants.len())
         .map(|index| {
             let mut client = clients[index % clients.len()].clone();
             let grants = grants.clone();
             async move {
-                let (requests, receiver) = mpsc::channel(1);
-                let mut responses = client
-                    .renew(ReceiverStream::new(receiver))
-                    .await
-                    .unwrap()
-                    .into_inner();
-                requests
-                    .send(RenewRequest {
-                        name: grants[index].name.clone(),
-                        lease_id: grants[index].lease_id.clone(),
-                        ttl_ms: 0,
-                    })
-                    .await
-                    .unwrap();
-                let answer = responses.next().await.unwrap().unwrap();
+                let mut stream = OpenRenewStream::open(&mut client).await;
+                let answer = stream.renew(&grants[index], 0).await.unwrap();
                 assert!(matches!(
                     answer.result,
                     Some(renew_response::Result::Renewed(_))
                 ));
-                (requests, responses)
+                stream
             }
         })
         .buffer_unordered(256)
@@ -1138,16 +1108,8 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
     let started = Instant::now();
     let mut fresh = server.client().await;
     describe(&mut fresh, "load/held-0").await;
-    for (index, (requests, responses)) in renew_streams.iter_mut().enumerate().step_by(50) {
-        requests
-            .send(RenewRequest {
-                name: grants[index].name.clone(),
-                lease_id: grants[index].lease_id.clone(),
-                ttl_ms: 0,
-            })
-            .await
-            .unwrap();
-        let answer = responses.next().await.unwrap().unwrap();
+    for (index, stream) in renew_streams.iter_mut().enumerate().step_by(50) {
+        let answer = stream.renew(&grants[index], 0).await.unwrap();
         assert!(matches!(
             answer.result,
             Some(renew_response::Result::Renewed(_))
@@ -1164,7 +1126,7 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
     let renew_ends = futures::future::join_all(
         renew_streams
             .iter_mut()
-            .map(|(_, responses)| async move { responses.next().await }),
+            .map(|stream| async move { stream.responses.next().await }),
     );
     let waiter_ends = futures::future::join_all(
         waiters

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use leased::proto::{RenewRequest, acquire_response};
+use leased::proto::acquire_response;
 use tokio_stream::StreamExt;
 use tonic::Code;
 
@@ -230,21 +230,8 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
     let held = must_acquire(&mut client, "draining", 60_000).await;
 
     let (mut waiter, _) = start_waiting(&mut client, "draining", "waiter", 60_000).await;
-    let (renewals, receiver) = tokio::sync::mpsc::channel(1);
-    let mut renew_stream = client
-        .renew(tokio_stream::wrappers::ReceiverStream::new(receiver))
-        .await
-        .unwrap()
-        .into_inner();
-    renewals
-        .send(RenewRequest {
-            name: held.name.clone(),
-            lease_id: held.lease_id.clone(),
-            ttl_ms: 0,
-        })
-        .await
-        .unwrap();
-    assert!(renew_stream.next().await.unwrap().is_ok());
+    let mut renew_stream = OpenRenewStream::open(&mut client).await;
+    assert!(renew_stream.renew(&held, 0).await.is_ok());
 
     let pid = server.process().id();
     let signalled_at = Instant::now();
@@ -258,7 +245,7 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
 
     let status = waiter.next().await.unwrap().unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    let status = renew_stream.next().await.unwrap().unwrap_err();
+    let status = renew_stream.responses.next().await.unwrap().unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 
     let exit = loop {
@@ -272,5 +259,5 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(exit.success(), "exit status {exit:?}");
-    drop(renewals);
+    drop(renew_stream);
 }

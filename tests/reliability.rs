@@ -115,6 +115,27 @@ async fn until(checker: &Checker, at: Duration) {
     }
 }
 
+/// Puts `fault` on the links of `proxies` during `window` on the checker's clock, then lets the
+/// traffic pass again and records the fault as `kind`.
+async fn link_fault(
+    checker: &Checker,
+    proxies: &[FaultProxy],
+    fault: Fault,
+    window: std::ops::Range<Duration>,
+    kind: &'static str,
+) {
+    until(checker, window.start).await;
+    let start = checker.now();
+    for proxy in proxies {
+        proxy.set(fault);
+    }
+    until(checker, window.end).await;
+    for proxy in proxies {
+        proxy.set(Fault::Pass);
+    }
+    checker.fault(kind, start, false);
+}
+
 /// Redis, and `replicas` `leased` processes each reaching it through its own fault proxy.
 struct Standalone {
     redis: RedisServer,
@@ -207,41 +228,26 @@ async fn standalone_fault_pass(
     let at = |seconds: f64| offset + Duration::from_secs_f64(seconds);
     let replicas = topology.proxies.len();
 
+    let proxies = &topology.proxies;
+    let link = |index: usize| std::slice::from_ref(&proxies[index % replicas]);
     // 1. Latency on one replica's link, below the Redis timeout.
-    until(checker, at(3.0)).await;
-    let start = checker.now();
-    topology.proxies[0].set(Fault::Delay(Duration::from_millis(300)));
-    until(checker, at(6.0)).await;
-    topology.proxies[0].set(Fault::Pass);
-    checker.fault("net_delay_300ms", start, false);
-
+    let slow = Fault::Delay(Duration::from_millis(300));
+    link_fault(checker, link(0), slow, at(3.0)..at(6.0), "net_delay_300ms").await;
     // 2. A black hole on another replica's link.
-    until(checker, at(7.0)).await;
-    let start = checker.now();
-    topology.proxies[1 % replicas].set(Fault::BlackHole);
-    until(checker, at(10.0)).await;
-    topology.proxies[1 % replicas].set(Fault::Pass);
-    checker.fault("net_black_hole", start, false);
-
+    let hole = Fault::BlackHole;
+    link_fault(checker, link(1), hole, at(7.0)..at(10.0), "net_black_hole").await;
     // 3. A cut link: connections closed and refused.
-    until(checker, at(11.0)).await;
-    let start = checker.now();
-    topology.proxies[2 % replicas].set(Fault::Cut);
-    until(checker, at(14.0)).await;
-    topology.proxies[2 % replicas].set(Fault::Pass);
-    checker.fault("net_cut", start, false);
-
+    link_fault(checker, link(2), Fault::Cut, at(11.0)..at(14.0), "net_cut").await;
     // 4. Every link slower than the Redis timeout: every outcome is unknown to leased.
-    until(checker, at(15.0)).await;
-    let start = checker.now();
-    for proxy in &topology.proxies {
-        proxy.set(Fault::Delay(Duration::from_millis(1_500)));
-    }
-    until(checker, at(17.0)).await;
-    for proxy in &topology.proxies {
-        proxy.set(Fault::Pass);
-    }
-    checker.fault("net_delay_1500ms_all", start, false);
+    let slower = Fault::Delay(Duration::from_millis(1_500));
+    link_fault(
+        checker,
+        proxies,
+        slower,
+        at(15.0)..at(17.0),
+        "net_delay_1500ms_all",
+    )
+    .await;
 
     // 5. Redis stopped (SIGSTOP) for 3 s.
     until(checker, at(18.0)).await;

@@ -219,16 +219,7 @@ impl Leased {
     pub async fn spawn_process(redis_url: &str, extra_args: &[&str]) -> Self {
         let port = free_port();
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_leased"))
-            .args([
-                "serve",
-                "--listen",
-                &address.to_string(),
-                "--redis-url",
-                redis_url,
-            ])
-            .args(["--redis-timeout", "1s"])
-            .args(extra_args)
+        let child = process::serve_command(address, redis_url, extra_args)
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("cannot start leased");
@@ -457,6 +448,49 @@ pub async fn renew_once(
         .next()
         .await
         .expect("Renew stream ended without an answer")
+}
+
+/// A Renew stream kept open (not half-closed), driven one request at a time.
+pub struct OpenRenewStream {
+    requests: tokio::sync::mpsc::Sender<RenewRequest>,
+    /// The answers; read it directly for the status that ends the stream.
+    pub responses: tonic::Streaming<RenewResponse>,
+}
+
+impl OpenRenewStream {
+    pub async fn open(client: &mut LeaseServiceClient<Channel>) -> Self {
+        let (requests, receiver) = tokio::sync::mpsc::channel(1);
+        let responses = client
+            .renew(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+            .expect("Renew failed")
+            .into_inner();
+        OpenRenewStream {
+            requests,
+            responses,
+        }
+    }
+
+    /// Renews `granted` and waits for the answer, or the status that ended the stream.
+    pub async fn renew(
+        &mut self,
+        granted: &Granted,
+        ttl_ms: i64,
+    ) -> Result<RenewResponse, tonic::Status> {
+        let request = RenewRequest {
+            name: granted.name.clone(),
+            lease_id: granted.lease_id.clone(),
+            ttl_ms,
+        };
+        self.requests
+            .send(request)
+            .await
+            .expect("the Renew stream's request side closed");
+        self.responses
+            .next()
+            .await
+            .expect("Renew stream ended without an answer")
+    }
 }
 
 /// A resource protected by fencing tokens: it keeps the highest token per name and rejects

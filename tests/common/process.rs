@@ -24,6 +24,16 @@ pub fn log_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// `leased serve` on `address` against `redis_url`, with a 1 s Redis timeout and `extra_args`.
+pub fn serve_command(address: SocketAddr, redis_url: &str, extra_args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leased"));
+    command
+        .args(["serve", "--listen", &address.to_string()])
+        .args(["--redis-url", redis_url, "--redis-timeout", "1s"])
+        .args(extra_args);
+    command
+}
+
 /// The real `leased` binary as a child process, killed on drop.
 pub struct LeasedProcess {
     pub address: SocketAddr,
@@ -48,10 +58,7 @@ impl LeasedProcess {
         log_level: &str,
     ) -> Self {
         let log_file = File::create(log).expect("cannot create the leased log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_leased"))
-            .args(["serve", "--listen", &address.to_string()])
-            .args(["--redis-url", redis_url, "--redis-timeout", "1s"])
-            .args(extra_args)
+        let child = serve_command(address, redis_url, extra_args)
             .env("RUST_LOG", log_level)
             .stdout(Stdio::null())
             .stderr(log_file)
