@@ -922,15 +922,10 @@ async fn renew_stream_past_its_lease_limit_is_resource_exhausted() {
     for index in 0..=LIMIT {
         leases.push(must_acquire(&mut client, &format!("per-stream/{index}"), 60_000).await);
     }
-    let renewal = |granted: &leased::proto::Granted| RenewRequest {
-        name: granted.name.clone(),
-        lease_id: granted.lease_id.clone(),
-        ttl_ms: 0,
-    };
-    let mut requests: Vec<RenewRequest> = leases[..LIMIT].iter().map(renewal).collect();
-    requests.push(renewal(&leases[0]));
-    requests.push(renewal(&leases[LIMIT]));
-    requests.push(renewal(&leases[1]));
+    let mut requests: Vec<RenewRequest> = leases[..LIMIT].iter().map(|g| renewal(g, 0)).collect();
+    requests.push(renewal(&leases[0], 0));
+    requests.push(renewal(&leases[LIMIT], 0));
+    requests.push(renewal(&leases[1], 0));
     let mut responses = client
         .renew(tokio_stream::iter(requests))
         .await

@@ -402,11 +402,7 @@ async fn sighup_reloads_tokens_without_dropping_streams() {
         .await
         .unwrap()
         .into_inner();
-    let renewal = RenewRequest {
-        name: granted.name.clone(),
-        lease_id: granted.lease_id.clone(),
-        ttl_ms: 0,
-    };
+    let renewal = renewal(&granted, 0);
     renewals.send(renewal.clone()).await.unwrap();
     assert!(responses.next().await.unwrap().is_ok());
 

@@ -429,19 +429,23 @@ pub async fn describe(client: &mut LeaseServiceClient<Channel>, name: &str) -> D
         .into_inner()
 }
 
+/// The request that renews `granted` (`ttl_ms` 0 keeps its TTL).
+pub fn renewal(granted: &Granted, ttl_ms: i64) -> RenewRequest {
+    RenewRequest {
+        name: granted.name.clone(),
+        lease_id: granted.lease_id.clone(),
+        ttl_ms,
+    }
+}
+
 /// One renewal over a fresh Renew stream.
 pub async fn renew_once(
     client: &mut LeaseServiceClient<Channel>,
     granted: &Granted,
     ttl_ms: i64,
 ) -> Result<RenewResponse, tonic::Status> {
-    let request = RenewRequest {
-        name: granted.name.clone(),
-        lease_id: granted.lease_id.clone(),
-        ttl_ms,
-    };
     let mut responses = client
-        .renew(tokio_stream::iter([request]))
+        .renew(tokio_stream::iter([renewal(granted, ttl_ms)]))
         .await?
         .into_inner();
     responses
@@ -477,13 +481,8 @@ impl OpenRenewStream {
         granted: &Granted,
         ttl_ms: i64,
     ) -> Result<RenewResponse, tonic::Status> {
-        let request = RenewRequest {
-            name: granted.name.clone(),
-            lease_id: granted.lease_id.clone(),
-            ttl_ms,
-        };
         self.requests
-            .send(request)
+            .send(renewal(granted, ttl_ms))
             .await
             .expect("the Renew stream's request side closed");
         self.responses
