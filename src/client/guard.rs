@@ -10,7 +10,7 @@ use tokio::{
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use super::{ClientError, Grant, GrpcClient, LeaseClient};
+use super::{ClientError, GrantedLease, GrpcClient, LeaseClient};
 use crate::proto::{RenewRequest, RenewResponse, renew_response};
 
 /// Why a [`LeaseGuard`] stopped trusting its lease.
@@ -53,7 +53,7 @@ pub struct LeaseGuard {
 impl LeaseGuard {
     /// Starts keeping `grant` alive. `requested_at` is when the Acquire request was sent: the
     /// server's expiry is at least one TTL after it.
-    pub(super) fn start(client: LeaseClient, grant: Grant, requested_at: Instant) -> Self {
+    pub(super) fn start(client: LeaseClient, grant: GrantedLease, requested_at: Instant) -> Self {
         let (lost_sender, lost) = watch::channel(None);
         let (stop_keepalive, stopped) = oneshot::channel();
         let keepalive = tokio::spawn(

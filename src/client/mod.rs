@@ -180,9 +180,9 @@ impl CurrentHolder {
     }
 }
 
-/// A lease granted without a keepalive, as `leased acquire` prints it.
+/// A lease as the server granted it, without a keepalive (what `leased acquire` prints).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Grant {
+pub struct GrantedLease {
     pub name: String,
     pub lease_id: String,
     pub fencing_token: u64,
@@ -287,7 +287,7 @@ impl LeaseClient {
         &self,
         name: &str,
         options: &AcquireOptions,
-    ) -> Result<Result<Grant, CurrentHolder>, ClientError> {
+    ) -> Result<Result<GrantedLease, CurrentHolder>, ClientError> {
         let request = AcquireRequest {
             name: name.to_owned(),
             holder: options.holder.clone(),
@@ -299,7 +299,7 @@ impl LeaseClient {
             match message?.result {
                 Some(acquire_response::Result::Waiting(_)) => continue,
                 Some(acquire_response::Result::Granted(granted)) => {
-                    return Ok(Ok(Grant {
+                    return Ok(Ok(GrantedLease {
                         name: granted.name,
                         lease_id: granted.lease_id,
                         fencing_token: granted.fencing_token,

@@ -1,9 +1,9 @@
-//! Input limits (design.md, "Limits and errors") and the validation that enforces them. Every
+//! Input limits (ARCHITECTURE.md, "Limits") and the validation that enforces them. Every
 //! rejection is `INVALID_ARGUMENT` naming the proto field.
 
 use std::time::Duration;
 
-use super::{AcquireRequest, LeaseId, LeaseName};
+use super::{LeaseId, LeaseName, ValidatedAcquire};
 use crate::error::{Error, Result};
 
 /// Longest accepted lease name, in bytes.
@@ -35,13 +35,13 @@ impl Default for Limits {
 
 impl Limits {
     /// Validates the fields of an `Acquire` request.
-    pub fn acquire_request(
+    pub fn validate_acquire(
         &self,
         name: &str,
         holder: String,
         ttl_ms: i64,
         wait_ms: i64,
-    ) -> Result<AcquireRequest> {
+    ) -> Result<ValidatedAcquire> {
         let name = parse_name(name)?;
         if holder.len() > MAX_HOLDER_BYTES {
             return Err(Error::invalid(
@@ -51,7 +51,7 @@ impl Limits {
         }
         let ttl = self.ttl("ttl_ms", ttl_ms)?;
         let wait = self.wait(wait_ms)?;
-        Ok(AcquireRequest {
+        Ok(ValidatedAcquire {
             name,
             holder,
             ttl,

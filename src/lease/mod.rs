@@ -53,12 +53,19 @@ impl fmt::Debug for LeaseId {
     }
 }
 
-/// A validated request to acquire a lease.
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// An `Acquire` request whose fields passed validation ([`Limits::validate_acquire`]).
 #[derive(Clone, Debug)]
-pub struct AcquireRequest {
+pub struct ValidatedAcquire {
     pub name: LeaseName,
     pub holder: String,
     pub ttl: Duration,
+    /// How long to wait for a busy lease; zero tries once.
     pub wait: Duration,
 }
 
@@ -78,10 +85,25 @@ pub struct HolderInfo {
     pub holder: String,
     /// 0 if unknown (a key written by something other than leased).
     pub fencing_token: u64,
-    /// Milliseconds until expiry unless renewed; -1 if the lease has no expiry.
+    /// When the lease ends unless renewed; `None` for a key without expiry (written by
+    /// something other than leased), which only a release ends.
+    pub expiry: Option<Expiry>,
+}
+
+/// When a held lease ends unless renewed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expiry {
+    /// Milliseconds from the store's "now"; never negative.
     pub remaining_ms: i64,
-    /// Unix milliseconds on the store's clock; `None` if the lease has no expiry.
-    pub expires_at_ms: Option<i64>,
+    /// Unix milliseconds on the store's clock.
+    pub at_unix_ms: i64,
+}
+
+impl HolderInfo {
+    /// `remaining_ms` as the proto carries it: -1 when the lease has no expiry.
+    pub fn remaining_ms_or_minus_one(&self) -> i64 {
+        self.expiry.map_or(-1, |expiry| expiry.remaining_ms)
+    }
 }
 
 /// The answer of one acquire attempt.
@@ -99,24 +121,24 @@ pub enum RenewOutcome {
         ttl_ms: i64,
         expires_at_ms: i64,
     },
-    Lost(LostReason),
+    Lost(LeaseGone),
 }
 
-/// Why a renewal found the lease gone.
+/// Why a renewal found the lease no longer the caller's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LostReason {
+pub enum LeaseGone {
     /// Nobody holds it: the TTL passed or it was released.
     ExpiredOrReleased,
     /// Someone else holds it now.
     HeldByAnother,
 }
 
-impl LostReason {
+impl LeaseGone {
     /// The text sent to clients in `Lost.reason`.
     pub fn as_str(self) -> &'static str {
         match self {
-            LostReason::ExpiredOrReleased => "expired or released",
-            LostReason::HeldByAnother => "held by another holder",
+            LeaseGone::ExpiredOrReleased => "expired or released",
+            LeaseGone::HeldByAnother => "held by another holder",
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio::{
     time::{Instant, sleep_until},
 };
 
-use super::{AcquireOutcome, AcquireRequest, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore};
+use super::{AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, ValidatedAcquire};
 use crate::{
     error::{Error, Result},
     metrics::metrics,
@@ -91,12 +91,6 @@ impl ReleaseWatchers {
             sender.send_modify(|generation| *generation += 1);
         }
     }
-
-    /// How many callers wait, over all names.
-    pub fn waiter_count(&self) -> usize {
-        let by_name = self.by_name.lock().expect("release watchers lock poisoned");
-        by_name.values().map(|sender| sender.receiver_count()).sum()
-    }
 }
 
 /// One waiter's subscription to the releases of one name.
@@ -136,7 +130,7 @@ impl Drop for ReleaseWatch<'_> {
 /// receiver cancels the wait; a grant that can no longer be delivered is released at once.
 pub fn acquire<S: LeaseStore>(
     store: Arc<S>,
-    request: AcquireRequest,
+    request: ValidatedAcquire,
     shutdown: Shutdown,
 ) -> mpsc::Receiver<Result<AcquireEvent>> {
     let (events, receiver) = mpsc::channel(4);
@@ -172,7 +166,7 @@ pub fn acquire<S: LeaseStore>(
 /// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
 async fn wait_for_grant<S: LeaseStore>(
     store: &S,
-    request: &AcquireRequest,
+    request: &ValidatedAcquire,
     lease_id: &LeaseId,
     events: &mpsc::Sender<Result<AcquireEvent>>,
     shutdown: &Shutdown,
@@ -207,11 +201,12 @@ async fn wait_for_grant<S: LeaseStore>(
                 return Ok(None);
             }
         }
-        let wake_at = match u64::try_from(holder.remaining_ms) {
-            Ok(remaining_ms) => {
-                deadline.min(now + Duration::from_millis(remaining_ms) + EXPIRY_SLACK)
+        let wake_at = match holder.expiry {
+            Some(expiry) => {
+                let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
+                deadline.min(now + remaining + EXPIRY_SLACK)
             }
-            Err(_) => deadline, // no expiry: only a release or the deadline can end the wait
+            None => deadline, // no expiry: only a release or the deadline can end the wait
         };
         let release_watch = release_watch
             .as_mut()

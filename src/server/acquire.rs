@@ -21,7 +21,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         principal: Option<Principal>,
         request: AcquireRequest,
     ) -> Result<Response<ResponseStream<AcquireResponse>>, Status> {
-        let request = self.limits.acquire_request(
+        let request = self.limits.validate_acquire(
             &request.name,
             request.holder,
             request.ttl_ms,
@@ -89,5 +89,6 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
 }
 
 fn holder_fields(holder: HolderInfo) -> (String, u64, i64) {
-    (holder.holder, holder.fencing_token, holder.remaining_ms)
+    let remaining_ms = holder.remaining_ms_or_minus_one();
+    (holder.holder, holder.fencing_token, remaining_ms)
 }

@@ -158,10 +158,12 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             None => DescribeResponse::default(),
             Some(holder) => DescribeResponse {
                 held: true,
+                remaining_ms: holder.remaining_ms_or_minus_one(),
                 holder: holder.holder,
                 fencing_token: holder.fencing_token,
-                remaining_ms: holder.remaining_ms,
-                expires_at: holder.expires_at_ms.map(proto::timestamp_from_unix_ms),
+                expires_at: holder
+                    .expiry
+                    .map(|expiry| proto::timestamp_from_unix_ms(expiry.at_unix_ms)),
             },
         })
     }

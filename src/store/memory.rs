@@ -13,7 +13,7 @@ use super::unix_micros;
 use crate::{
     error::Result,
     lease::{
-        AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, LostReason,
+        AcquireOutcome, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName, LeaseStore,
         ReleaseWatchers, RenewOutcome,
     },
 };
@@ -57,8 +57,10 @@ impl HeldLease {
         HolderInfo {
             holder: self.holder.clone(),
             fencing_token: self.fencing_token,
-            remaining_ms,
-            expires_at_ms: Some(self.expires_at_unix_ms),
+            expiry: Some(Expiry {
+                remaining_ms,
+                at_unix_ms: self.expires_at_unix_ms,
+            }),
         }
     }
 }
@@ -152,10 +154,10 @@ impl LeaseStore for MemoryStore {
             .get_mut(name.as_str())
             .filter(|l| l.is_live(now))
         else {
-            return Ok(RenewOutcome::Lost(LostReason::ExpiredOrReleased));
+            return Ok(RenewOutcome::Lost(LeaseGone::ExpiredOrReleased));
         };
         if lease.lease_id != *lease_id {
-            return Ok(RenewOutcome::Lost(LostReason::HeldByAnother));
+            return Ok(RenewOutcome::Lost(LeaseGone::HeldByAnother));
         }
         if let Some(ttl) = ttl {
             lease.ttl = ttl;

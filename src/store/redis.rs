@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use crate::{
     error::{Error, Result},
     lease::{
-        AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, LostReason,
+        AcquireOutcome, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName, LeaseStore,
         ReleaseWatchers, RenewOutcome,
     },
     metrics::metrics,
@@ -262,8 +262,8 @@ impl LeaseStore for RedisStore {
             });
         }
         Ok(RenewOutcome::Lost(match reply.string(1)?.as_str() {
-            "taken" => LostReason::HeldByAnother,
-            _ => LostReason::ExpiredOrReleased,
+            "taken" => LeaseGone::HeldByAnother,
+            _ => LeaseGone::ExpiredOrReleased,
         }))
     }
 
@@ -364,14 +364,18 @@ impl Reply {
         })
     }
 
-    /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`.
+    /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`; the scripts send
+    /// -1, -1 for a key without expiry.
     fn holder_info(&self, index: usize) -> Result<HolderInfo> {
-        let expires_at_ms = self.int(index + 3)?;
+        let remaining_ms = self.int(index + 2)?;
+        let at_unix_ms = self.int(index + 3)?;
         Ok(HolderInfo {
             holder: self.string(index)?,
             fencing_token: self.token(index + 1)?,
-            remaining_ms: self.int(index + 2)?,
-            expires_at_ms: (expires_at_ms >= 0).then_some(expires_at_ms),
+            expiry: (remaining_ms >= 0 && at_unix_ms >= 0).then_some(Expiry {
+                remaining_ms,
+                at_unix_ms,
+            }),
         })
     }
 }
