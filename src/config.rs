@@ -5,6 +5,7 @@ use std::{ffi::OsString, net::SocketAddr, path::PathBuf, sync::Arc, time::Durati
 use clap::{Args, ValueEnum};
 
 use crate::{
+    error::StartupError,
     lease::Limits,
     server::{ServerOptions, TlsFiles, auth::Authenticator},
     store::RedisOptions,
@@ -123,20 +124,19 @@ impl ServeConfig {
     }
 
     /// Refuses a non-loopback `address` without access control unless `--insecure-listen`.
-    pub fn check_listen_address(&self, address: SocketAddr) -> Result<(), String> {
+    pub fn check_listen_address(&self, address: SocketAddr) -> Result<(), StartupError> {
         if self.auth_tokens.is_none() && !address.ip().is_loopback() && !self.insecure_listen {
-            return Err(format!(
-                "refusing to listen on {address} without access control: anyone who reaches it \
-                 could take or release any lease. Set --auth-tokens, or pass --insecure-listen"
-            ));
+            return Err(StartupError::InsecureListen { address });
         }
         Ok(())
     }
 
     /// The gRPC server's settings; loads the auth tokens file.
-    pub fn server_options(&self) -> Result<ServerOptions, String> {
+    pub fn server_options(&self) -> Result<ServerOptions, StartupError> {
         let auth = match &self.auth_tokens {
-            Some(path) => Some(Arc::new(Authenticator::load(path)?)),
+            Some(path) => Some(Arc::new(
+                Authenticator::load(path).map_err(StartupError::AuthTokens)?,
+            )),
             None => None,
         };
         let tls = match (&self.tls_cert, &self.tls_key) {
@@ -146,7 +146,7 @@ impl ServeConfig {
                 client_ca: self.tls_client_ca.clone(),
             }),
             (None, None) => None,
-            _ => return Err("--tls-cert and --tls-key go together".into()),
+            _ => return Err(StartupError::Config("--tls-cert and --tls-key go together")),
         };
         Ok(ServerOptions {
             limits: Limits {
@@ -185,7 +185,10 @@ mod tests {
         let loopback: SocketAddr = "127.0.0.1:50051".parse().unwrap();
         let plain = ServeConfig::from_args(Vec::<String>::new()).unwrap();
         assert!(plain.check_listen_address(loopback).is_ok());
-        let refused = plain.check_listen_address(everywhere).unwrap_err();
+        let refused = plain
+            .check_listen_address(everywhere)
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("--insecure-listen"), "{refused}");
         let opted_in = ServeConfig::from_args(["--insecure-listen"]).unwrap();
         assert!(opted_in.check_listen_address(everywhere).is_ok());

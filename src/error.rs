@@ -1,4 +1,7 @@
-//! The one error type of the crate, and its mapping to gRPC status codes.
+//! The crate's two error types: [`Error`] for a request that failed (with its one mapping to gRPC
+//! status codes), and [`StartupError`] for a server that cannot start. ARCHITECTURE.md, "Errors".
+
+use std::{net::SocketAddr, path::PathBuf};
 
 use tonic::{Code, Status};
 
@@ -9,8 +12,8 @@ pub enum Error {
     #[error("invalid {field}: {reason}")]
     InvalidArgument { field: &'static str, reason: String },
 
-    /// The store did not answer in time or is unreachable. The detail is logged, not returned:
-    /// clients see a generic message.
+    /// The store did not answer in time or is unreachable; retrying later may succeed. The detail
+    /// is logged, not returned: clients see a generic message.
     #[error("store unavailable: {0}")]
     Unavailable(String),
 
@@ -30,9 +33,10 @@ pub enum Error {
     #[error("server is shutting down")]
     ShuttingDown,
 
-    /// A bug or an answer from the store that breaks its contract.
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A bug, or a store answer that breaks its contract (a Lua error, `WRONGTYPE` on a key that
+    /// something else wrote, a malformed reply). Retrying will not help; the lease name is logged.
+    #[error("internal error on lease {name:?}: {detail}")]
+    Internal { name: String, detail: String },
 }
 
 /// Shorthand for results whose error is [`Error`].
@@ -60,10 +64,65 @@ impl From<Error> for Status {
             Error::PermissionDenied(message) => Status::permission_denied(message),
             Error::ResourceExhausted(message) => Status::resource_exhausted(message),
             Error::ShuttingDown => Status::unavailable("server is shutting down"),
-            Error::Internal(detail) => {
-                tracing::error!(%detail, "internal error");
+            Error::Internal { name, detail } => {
+                tracing::error!(%name, %detail, "internal error");
                 Status::internal("internal error")
             }
         }
     }
+}
+
+/// Why `leased serve` could not start or stopped serving; each message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// A non-loopback listen address without access control or `--insecure-listen`.
+    #[error(
+        "refusing to listen on {address} without access control: anyone who reaches it could \
+         take or release any lease. Set --auth-tokens, or pass --insecure-listen"
+    )]
+    InsecureListen { address: SocketAddr },
+
+    /// A port could not be bound (in use, or not allowed).
+    #[error("cannot listen on {address} ({purpose}): {source}")]
+    Listen {
+        address: SocketAddr,
+        /// Which listener: `--listen`, `--health-listen` or `--metrics-listen`.
+        purpose: &'static str,
+        source: std::io::Error,
+    },
+
+    /// The listening socket cannot tell its own address (it is not a bound TCP socket).
+    #[error("cannot read the listening socket's address: {0}")]
+    Socket(std::io::Error),
+
+    /// `--redis-url` is malformed or names options fred does not know.
+    #[error("invalid --redis-url: {0}")]
+    RedisUrl(String),
+
+    /// The `--auth-tokens` file cannot be read or parsed.
+    #[error("cannot load --auth-tokens: {0}")]
+    AuthTokens(String),
+
+    /// A TLS certificate or key file cannot be read.
+    #[error("cannot read the TLS file {path}: {source}", path = .path.display())]
+    TlsFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    /// The certificate, key or client CA were read but cannot be used.
+    #[error("invalid TLS configuration: {0}")]
+    Tls(tonic::transport::Error),
+
+    /// The gRPC server stopped with an error (after it started serving).
+    #[error("the gRPC server failed: {0}")]
+    Serve(tonic::transport::Error),
+
+    /// Flags that contradict each other (clap catches most combinations first).
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+
+    /// Server reflection could not be built from the compiled descriptors (a build problem).
+    #[error("cannot build server reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
 }

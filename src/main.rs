@@ -1,11 +1,12 @@
 //! The `leased` binary: parses flags, starts logging, and hands over to the library.
 
-use std::process::ExitCode;
+use std::{io::IsTerminal, process::ExitCode};
 
 use clap::Parser;
 use leased::{
     cli::{Cli, Command},
     config::{LogFormat, ServeConfig},
+    error::StartupError,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -35,12 +36,16 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: ServeConfig) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn serve(config: ServeConfig) -> Result<(), StartupError> {
     // Refuse before binding: an exposed port should never open, even briefly.
     config.check_listen_address(config.listen)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+        .map_err(|source| StartupError::Listen {
+            address: config.listen,
+            purpose: "--listen",
+            source,
+        })?;
     let (trigger, shutdown) = leased::shutdown::channel();
     tokio::spawn(async move {
         wait_for_termination().await;
@@ -65,8 +70,13 @@ async fn wait_for_termination() {
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Colour codes only help a person at a terminal; in a file or a pipe they are noise.
+    // https://no-color.org: any non-empty NO_COLOR turns colour off.
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -27,7 +27,8 @@
 //! # async fn do_the_work(_token: u64) {}
 //! ```
 //!
-//! `examples/guard.rs` is the same program, run by `tests/client.rs` against a real server.
+//! `examples/guard.rs` is a runnable program built the same way (acquire with a wait, work until
+//! done or lost, release); `tests/client.rs` runs it against a real server.
 
 mod guard;
 

@@ -1,241 +1,180 @@
-//! The gRPC server: `lease.v1.LeaseService` plus health and reflection, HTTP/2 limits and
-//! keepalive, and a drain on shutdown. Handlers are thin adapters over the lease core.
+//! The gRPC server (ARCHITECTURE.md, "Code map"): `lease.v1.LeaseService` with health and
+//! reflection, HTTP/2 limits and keepalive, the side listeners, and a drain on shutdown.
+//! Handlers are thin adapters over the lease core; nothing here holds lease state.
+//!
+//! - [`serve`]: `leased serve`: picks the store, binds the side ports, and calls [`run`].
+//! - [`run`]: serves one store on given sockets until shutdown, then drains.
+//! - `options`: the server's settings and sockets; `routes`: which services each port carries;
+//!   `health`: statuses that follow the store and the drain.
+//! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens.
 
 mod acquire;
 pub mod auth;
+mod health;
+mod options;
 mod renew;
+mod routes;
 mod service;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, task::JoinSet};
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{
-    server::NamedService,
-    transport::{Certificate, Identity, Server, ServerTlsConfig, server::TcpIncoming},
+    service::Routes,
+    transport::{Server, server::TcpIncoming},
 };
-use tonic_health::server::HealthReporter;
 
 use crate::{
-    lease::{LeaseStore, Limits},
-    proto::{self, lease_service_server::LeaseServiceServer},
+    config::ServeConfig,
+    error::StartupError,
+    lease::LeaseStore,
     shutdown::Shutdown,
+    store::{MemoryStore, RedisStore},
 };
+pub use health::LIVENESS_SERVICE;
+pub use options::{Listeners, ServerOptions, TlsFiles};
 pub use service::LeaseServiceImpl;
 
-/// The health service name that reports only that the process is alive (not Redis, not draining).
-pub const LIVENESS_SERVICE: &str = "leased.liveness";
-
-/// How often the health status re-checks that the store answers.
-const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Settings of the gRPC server itself (the store has its own).
-#[derive(Clone, Debug)]
-pub struct ServerOptions {
-    /// Bounds on TTLs and waits.
-    pub limits: Limits,
-    /// HTTP/2 streams per connection; each open `Acquire` or `Renew` is one.
-    pub max_concurrent_streams: u32,
-    /// Largest request message accepted, in bytes.
-    pub max_message_bytes: usize,
-    /// Distinct leases one `Renew` stream may renew.
-    pub max_leases_per_renew_stream: usize,
-    /// HTTP/2 PING interval: how a frozen client is noticed.
-    pub keepalive_interval: Duration,
-    /// How long to wait for a PING answer before closing the connection.
-    pub keepalive_timeout: Duration,
-    /// After a shutdown starts, how long in-flight calls may take before the server stops anyway.
-    pub drain_grace: Duration,
-    /// TLS on the gRPC port (mTLS with a client CA); plaintext when `None`.
-    pub tls: Option<TlsFiles>,
-    /// Bearer-token access control; everyone may do anything when `None`.
-    pub auth: Option<Arc<auth::Authenticator>>,
-}
-
-/// PEM files for TLS on the gRPC port.
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// With a client CA, clients must present a certificate it signed (mTLS).
-    pub client_ca: Option<PathBuf>,
-}
-
-impl TlsFiles {
-    fn server_config(&self) -> Result<ServerTlsConfig, String> {
-        let read = |path: &PathBuf| {
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-        };
-        let mut config = ServerTlsConfig::new()
-            .identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?));
-        if let Some(client_ca) = &self.client_ca {
-            config = config.client_ca_root(Certificate::from_pem(read(client_ca)?));
-        }
-        Ok(config)
+/// Runs `leased serve` on `listener` until `shutdown` fires: on Redis when a URL is configured,
+/// otherwise on the embedded store. Binds the metrics and health ports if configured.
+pub async fn serve(
+    config: ServeConfig,
+    listener: TcpListener,
+    shutdown: Shutdown,
+) -> Result<(), StartupError> {
+    let options = config.server_options()?;
+    config.check_listen_address(listener.local_addr().map_err(StartupError::Socket)?)?;
+    if let Some(auth) = &options.auth {
+        tokio::spawn(auth::reload_on_sighup(auth.clone()));
     }
-}
-
-/// The sockets one server serves on.
-#[derive(Debug)]
-pub struct Listeners {
-    /// `lease.v1.LeaseService`, health and reflection.
-    pub grpc: TcpListener,
-    /// Plaintext `grpc.health.v1` only, for Kubernetes probes when the gRPC port has TLS.
-    pub health: Option<TcpListener>,
-    /// Prometheus `GET /metrics`.
-    pub metrics: Option<TcpListener>,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            limits: Limits::default(),
-            max_concurrent_streams: 1024,
-            max_message_bytes: 16 * 1024,
-            max_leases_per_renew_stream: 1024,
-            keepalive_interval: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(10),
-            drain_grace: Duration::from_secs(10),
-            tls: None,
-            auth: None,
+    let listeners = Listeners {
+        grpc: listener,
+        health: bind(config.health_listen, "--health-listen").await?,
+        metrics: bind(config.metrics_listen, "--metrics-listen").await?,
+    };
+    match config.redis_options() {
+        Some(redis) => {
+            tracing::info!(store = "redis", "starting");
+            let store = Arc::new(RedisStore::connect(&redis)?);
+            run(store, options, listeners, shutdown).await
+        }
+        None => {
+            tracing::info!(
+                store = "memory",
+                "starting on the embedded store: leases live in this process only"
+            );
+            let store = MemoryStore::new(config.max_waiters_per_name);
+            run(store, options, listeners, shutdown).await
         }
     }
 }
 
-/// Serves `store` on `listener` until `shutdown` fires, then drains: health turns NOT_SERVING,
+/// Serves `store` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
 /// waiters and Renew streams end with `UNAVAILABLE`, and in-flight calls get `drain_grace` to finish.
 pub async fn run<S: LeaseStore>(
     store: Arc<S>,
     options: ServerOptions,
     listeners: Listeners,
     shutdown: Shutdown,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let listener = listeners.grpc;
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    set_serving::<S>(&health_reporter, false).await;
-    // Liveness: SERVING while the process runs, whatever Redis does, so that a Redis outage takes
-    // pods out of rotation (readiness, "") without restarting them.
-    health_reporter
-        .set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving)
-        .await;
-    let health_task = tokio::spawn(report_health(
-        store.clone(),
-        health_reporter.clone(),
-        shutdown.clone(),
-    ));
-
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let lease_service =
-        LeaseServiceServer::new(LeaseServiceImpl::new(store, &options, shutdown.clone()))
-            .max_decoding_message_size(options.max_message_bytes);
-    let mut side_servers = tokio::task::JoinSet::new();
+) -> Result<(), StartupError> {
+    let health = health::Health::start(store.clone(), shutdown.clone()).await;
+    let mut side_listeners = JoinSet::new();
     if let Some(listener) = listeners.metrics {
-        side_servers.spawn(crate::metrics::serve(listener, shutdown.clone()));
+        let shutdown = shutdown.clone();
+        side_listeners.spawn(async move {
+            if let Err(error) = crate::metrics::serve(listener, shutdown).await {
+                tracing::error!(%error, "the metrics listener failed");
+            }
+        });
     }
     if let Some(listener) = listeners.health {
-        tracing::info!(address = %listener.local_addr()?, "health listening (plaintext)");
-        let stop = {
-            let shutdown = shutdown.clone();
-            async move { shutdown.fired().await }
-        };
-        let health_reflection = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        };
-        let health_only = Server::builder()
-            .add_service(health_service.clone())
-            .add_service(health_reflection().build_v1()?)
-            .add_service(health_reflection().build_v1alpha()?)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop);
-        side_servers.spawn(async move { health_only.await.map_err(std::io::Error::other) });
+        let routes = routes::health_port(&health)?;
+        side_listeners.spawn(serve_health_only(routes, listener, shutdown.clone()));
     }
+    let routes = routes::grpc_port(store, &options, &health, shutdown.clone())?;
+    let result = serve_and_drain(routes, listeners.grpc, &options, &shutdown).await;
+    health.stop();
+    side_listeners.abort_all();
+    tracing::info!("leased stopped");
+    result
+}
 
-    let mut builder = Server::builder();
+/// Serves the gRPC port until `shutdown` fires, then lets in-flight calls finish for up to
+/// `drain_grace`.
+async fn serve_and_drain(
+    routes: Routes,
+    listener: TcpListener,
+    options: &ServerOptions,
+    shutdown: &Shutdown,
+) -> Result<(), StartupError> {
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .max_concurrent_streams(Some(options.max_concurrent_streams));
     if let Some(tls) = &options.tls {
-        builder = builder.tls_config(tls.server_config()?)?;
+        builder = builder
+            .tls_config(tls.server_config()?)
+            .map_err(StartupError::Tls)?;
     }
-
-    tracing::info!(address = %listener.local_addr()?, "leased listening");
+    let address = listener.local_addr().map_err(StartupError::Socket)?;
+    tracing::info!(%address, "leased listening");
     let stop_accepting = {
         let shutdown = shutdown.clone();
         async move { shutdown.fired().await }
     };
-    let serve = builder
-        .http2_keepalive_interval(Some(options.keepalive_interval))
-        .http2_keepalive_timeout(Some(options.keepalive_timeout))
-        .max_concurrent_streams(Some(options.max_concurrent_streams))
-        .add_service(health_service)
-        .add_service(reflection().build_v1()?)
-        // grpcurl 1.8 speaks only v1alpha.
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(lease_service)
-        // `Server::tcp_nodelay` is ignored for an incoming stream: set it on each accepted socket, or
-        // Nagle holds back small HTTP/2 frames for a delayed ACK (40 ms per call on Linux).
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            stop_accepting,
-        );
-    tokio::pin!(serve);
+    // `Server::tcp_nodelay` is ignored for an incoming stream: set it on each accepted socket, or
+    // Nagle holds back small HTTP/2 frames for a delayed ACK (40 ms per call on Linux).
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let serving = builder
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, stop_accepting);
+    tokio::pin!(serving);
 
     tokio::select! {
-        result = &mut serve => result?,
+        result = &mut serving => result.map_err(StartupError::Serve),
         _ = shutdown.fired() => {
             tracing::info!(grace = ?options.drain_grace, "draining");
-            match tokio::time::timeout(options.drain_grace, &mut serve).await {
-                Ok(result) => result?,
-                Err(_) => tracing::warn!("drain grace expired with calls in flight; stopping anyway"),
-            }
-        }
-    }
-    health_task.abort();
-    side_servers.abort_all();
-    tracing::info!("leased stopped");
-    Ok(())
-}
-
-/// SERVING while the store answers pings and the server is not draining; NOT_SERVING otherwise.
-async fn report_health<S: LeaseStore>(store: Arc<S>, reporter: HealthReporter, shutdown: Shutdown) {
-    let mut serving = false;
-    let mut interval = tokio::time::interval(HEALTH_CHECK_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = interval.tick() => {}
-            _ = shutdown.fired() => {
-                set_serving::<S>(&reporter, false).await;
-                return;
-            }
-        }
-        let reachable = match store.ping().await {
-            Ok(()) => true,
-            Err(error) => {
-                if serving {
-                    tracing::warn!(%error, "store unreachable; health is NOT_SERVING");
+            match tokio::time::timeout(options.drain_grace, &mut serving).await {
+                Ok(result) => result.map_err(StartupError::Serve),
+                Err(_) => {
+                    tracing::warn!("drain grace expired with calls in flight; stopping anyway");
+                    Ok(())
                 }
-                false
             }
-        };
-        if reachable != serving {
-            serving = reachable;
-            if serving {
-                tracing::info!("store reachable; health is SERVING");
-            }
-            set_serving::<S>(&reporter, serving).await;
         }
     }
 }
 
-/// Sets both the overall status (`""`) and the `lease.v1.LeaseService` status.
-async fn set_serving<S: LeaseStore>(reporter: &HealthReporter, serving: bool) {
-    use tonic_health::ServingStatus;
-    let status = match serving {
-        true => ServingStatus::Serving,
-        false => ServingStatus::NotServing,
+/// The plaintext health port, until `shutdown` fires.
+async fn serve_health_only(routes: Routes, listener: TcpListener, shutdown: Shutdown) {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "health listening (plaintext)");
+    }
+    let serving = Server::builder()
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            shutdown.fired().await
+        });
+    if let Err(error) = serving.await {
+        tracing::error!(%error, "the health listener failed");
+    }
+}
+
+/// Binds an optional side port (`--health-listen`, `--metrics-listen`).
+async fn bind(
+    address: Option<SocketAddr>,
+    purpose: &'static str,
+) -> Result<Option<TcpListener>, StartupError> {
+    let Some(address) = address else {
+        return Ok(None);
     };
-    reporter.set_service_status("", status).await;
-    let lease_service = <LeaseServiceServer<LeaseServiceImpl<S>> as NamedService>::NAME;
-    reporter.set_service_status(lease_service, status).await;
+    let listener = TcpListener::bind(address)
+        .await
+        .map_err(|source| StartupError::Listen {
+            address,
+            purpose,
+            source,
+        })?;
+    Ok(Some(listener))
 }

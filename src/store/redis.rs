@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use fred::{
     clients::SubscriberClient,
+    error::ErrorKind,
     prelude::{
         Builder, ClientLike, Config, Error as RedisError, EventInterface, Pool, PubsubInterface,
         ReconnectPolicy, Value,
@@ -15,7 +16,7 @@ use fred::{
 use tokio::task::JoinHandle;
 
 use crate::{
-    error::{Error, Result},
+    error::{Error, Result, StartupError},
     lease::{
         AcquireOutcome, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName, LeaseStore,
         ReleaseWatchers, RenewOutcome,
@@ -82,9 +83,9 @@ struct LeaseKeys {
 impl RedisStore {
     /// Starts connecting to Redis and returns at once: until Redis answers, requests fail with
     /// `UNAVAILABLE` after the command timeout and [`LeaseStore::ping`] fails. Reconnects forever.
-    pub fn connect(options: &RedisOptions) -> Result<Self> {
-        let config = Config::from_url(&options.url)
-            .map_err(|e| Error::invalid("redis-url", e.details().to_string()))?;
+    pub fn connect(options: &RedisOptions) -> Result<Self, StartupError> {
+        let url_error = |e: RedisError| StartupError::RedisUrl(e.details().to_string());
+        let config = Config::from_url(&options.url).map_err(url_error)?;
         let mut builder = Builder::from_config(config);
         builder
             .with_performance_config(|performance| {
@@ -97,11 +98,10 @@ impl RedisStore {
                 connection.internal_command_timeout = options.command_timeout;
             })
             .set_policy(ReconnectPolicy::new_constant(0, 250));
-        let redis_error = |e: RedisError| Error::invalid("redis-url", e.details().to_string());
         let pool = builder
             .build_pool(options.pool_size.max(1))
-            .map_err(redis_error)?;
-        let subscriber = builder.build_subscriber_client().map_err(redis_error)?;
+            .map_err(url_error)?;
+        let subscriber = builder.build_subscriber_client().map_err(url_error)?;
 
         let release_channel = format!("{}released", options.key_prefix);
         let watchers = Arc::new(ReleaseWatchers::new(options.max_waiters_per_name));
@@ -140,20 +140,28 @@ impl RedisStore {
         }
     }
 
-    /// Runs one script; `operation` names it in metrics and errors.
+    /// Runs one script on `name`'s keys; `operation` names it in metrics and errors.
     async fn run(
         &self,
         operation: &'static str,
+        name: &LeaseName,
         script: &Script,
         keys: Vec<String>,
         args: Vec<String>,
-    ) -> Result<Value> {
+    ) -> Result<Reply> {
         let started = std::time::Instant::now();
         let reply = script
             .evalsha_with_reload(self.pool.next(), keys, args)
             .await;
         metrics().record_store(operation, started.elapsed(), reply.is_err());
-        reply.map_err(|e| Error::Unavailable(format!("{operation}: {e}")))
+        match reply {
+            Ok(value) => Ok(Reply {
+                operation,
+                name: name.as_str().to_owned(),
+                value,
+            }),
+            Err(error) => Err(store_error(operation, name, error)),
+        }
     }
 }
 
@@ -214,6 +222,7 @@ impl LeaseStore for RedisStore {
         let reply = self
             .run(
                 "acquire",
+                name,
                 &self.scripts.acquire,
                 vec![keys.lease, keys.owner, keys.fence],
                 vec![
@@ -224,7 +233,6 @@ impl LeaseStore for RedisStore {
                 ],
             )
             .await?;
-        let reply = Reply::new(reply, "acquire")?;
         if reply.int(0)? == 1 {
             Ok(AcquireOutcome::Granted(Grant {
                 lease_id: lease_id.clone(),
@@ -248,12 +256,12 @@ impl LeaseStore for RedisStore {
         let reply = self
             .run(
                 "renew",
+                name,
                 &self.scripts.renew,
                 vec![keys.lease, keys.owner],
                 vec![lease_id.expose().to_owned(), ttl_ms.to_string()],
             )
             .await?;
-        let reply = Reply::new(reply, "renew")?;
         if reply.int(0)? == 1 {
             return Ok(RenewOutcome::Renewed {
                 fencing_token: reply.token(1)?,
@@ -272,6 +280,7 @@ impl LeaseStore for RedisStore {
         let reply = self
             .run(
                 "release",
+                name,
                 &self.scripts.release,
                 vec![keys.lease, keys.owner],
                 vec![
@@ -281,10 +290,7 @@ impl LeaseStore for RedisStore {
                 ],
             )
             .await?;
-        match reply.as_i64() {
-            Some(released) => Ok(released == 1),
-            None => Err(Error::Internal(format!("release.lua replied {reply:?}"))),
-        }
+        Ok(reply.integer()? == 1)
     }
 
     async fn describe(&self, name: &LeaseName) -> Result<Option<HolderInfo>> {
@@ -292,12 +298,12 @@ impl LeaseStore for RedisStore {
         let reply = self
             .run(
                 "describe",
+                name,
                 &self.scripts.describe,
                 vec![keys.lease, keys.owner],
                 vec![],
             )
             .await?;
-        let reply = Reply::new(reply, "describe")?;
         match reply.int(0)? {
             1 => Ok(Some(reply.holder_info(1)?)),
             _ => Ok(None),
@@ -324,44 +330,93 @@ impl LeaseStore for RedisStore {
     }
 }
 
-/// A script's array reply, read field by field with errors that name the script.
+/// Connection trouble is `UNAVAILABLE` (retrying later may succeed). Anything Redis refused on
+/// its merits (a Lua error, `WRONGTYPE` on a key something else wrote) will fail again the same
+/// way: `INTERNAL`, logged with the lease name.
+fn store_error(operation: &'static str, name: &LeaseName, error: RedisError) -> Error {
+    // Redis answers these while it cannot serve yet (loading, failing over) or a script runs long.
+    const TRANSIENT_REPLIES: [&str; 7] = [
+        "LOADING",
+        "BUSY",
+        "MASTERDOWN",
+        "READONLY",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "NOREPLICAS",
+    ];
+    let transient = match error.kind() {
+        ErrorKind::IO
+        | ErrorKind::Timeout
+        | ErrorKind::Canceled
+        | ErrorKind::Backpressure
+        | ErrorKind::Cluster
+        | ErrorKind::Routing
+        | ErrorKind::Sentinel
+        | ErrorKind::Auth
+        | ErrorKind::Tls => true,
+        ErrorKind::Unknown => TRANSIENT_REPLIES
+            .iter()
+            .any(|reply| error.details().starts_with(reply)),
+        _ => false,
+    };
+    match transient {
+        true => Error::Unavailable(format!("{operation}: {error}")),
+        false => Error::Internal {
+            name: name.as_str().to_owned(),
+            detail: format!("{operation}.lua failed: {error}"),
+        },
+    }
+}
+
+/// One script's reply, read field by field; a reply that breaks the script's documented shape is
+/// an internal error naming the script and the lease.
 struct Reply {
-    script: &'static str,
-    fields: Vec<Value>,
+    operation: &'static str,
+    name: String,
+    value: Value,
 }
 
 impl Reply {
-    fn new(reply: Value, script: &'static str) -> Result<Self> {
-        match reply {
-            Value::Array(fields) if !fields.is_empty() => Ok(Reply { script, fields }),
-            other => Err(Error::Internal(format!("{script}.lua replied {other:?}"))),
+    fn broken(&self, what: String) -> Error {
+        Error::Internal {
+            name: self.name.clone(),
+            detail: format!("{}.lua replied {what}", self.operation),
         }
     }
 
+    /// A reply that is a single integer.
+    fn integer(&self) -> Result<i64> {
+        self.value
+            .as_i64()
+            .ok_or_else(|| self.broken(format!("{:?}", self.value)))
+    }
+
     fn field(&self, index: usize) -> Result<&Value> {
-        self.fields.get(index).ok_or_else(|| {
-            Error::Internal(format!("{}.lua reply has no field {index}", self.script))
-        })
+        match &self.value {
+            Value::Array(fields) => fields
+                .get(index)
+                .ok_or_else(|| self.broken(format!("no field {index}"))),
+            other => Err(self.broken(format!("{other:?}, not an array"))),
+        }
     }
 
     fn int(&self, index: usize) -> Result<i64> {
         let field = self.field(index)?;
-        field.as_i64().ok_or_else(|| {
-            Error::Internal(format!("{}.lua field {index} is {field:?}", self.script))
-        })
+        field
+            .as_i64()
+            .ok_or_else(|| self.broken(format!("field {index} = {field:?}")))
     }
 
     fn token(&self, index: usize) -> Result<u64> {
         let token = self.int(index)?;
-        u64::try_from(token)
-            .map_err(|_| Error::Internal(format!("{}.lua token {token}", self.script)))
+        u64::try_from(token).map_err(|_| self.broken(format!("token {token}")))
     }
 
     fn string(&self, index: usize) -> Result<String> {
         let field = self.field(index)?;
-        field.as_string().ok_or_else(|| {
-            Error::Internal(format!("{}.lua field {index} is {field:?}", self.script))
-        })
+        field
+            .as_string()
+            .ok_or_else(|| self.broken(format!("field {index} = {field:?}")))
     }
 
     /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`; the scripts send

@@ -1,0 +1,53 @@
+//! Which gRPC services each port carries: the main port serves the lease API, health and
+//! reflection; the optional plaintext health port serves health (and its reflection) only.
+
+use std::sync::Arc;
+
+use tonic::service::Routes;
+
+use super::{LeaseServiceImpl, ServerOptions, health::Health};
+use crate::{
+    error::StartupError,
+    lease::LeaseStore,
+    proto::{self, lease_service_server::LeaseServiceServer},
+    shutdown::Shutdown,
+};
+
+/// `lease.v1.LeaseService`, `grpc.health.v1` and server reflection for both.
+pub(super) fn grpc_port<S: LeaseStore>(
+    store: Arc<S>,
+    options: &ServerOptions,
+    health: &Health,
+    shutdown: Shutdown,
+) -> Result<Routes, StartupError> {
+    let lease_service = LeaseServiceServer::new(LeaseServiceImpl::new(store, options, shutdown))
+        .max_decoding_message_size(options.max_message_bytes);
+    let routes = Routes::new(lease_service).add_service(health.service());
+    with_reflection(
+        routes,
+        &[
+            proto::FILE_DESCRIPTOR_SET,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+        ],
+    )
+}
+
+/// `grpc.health.v1` and its reflection, for Kubernetes probes when the gRPC port has TLS.
+pub(super) fn health_port(health: &Health) -> Result<Routes, StartupError> {
+    let routes = Routes::new(health.service());
+    with_reflection(routes, &[tonic_health::pb::FILE_DESCRIPTOR_SET])
+}
+
+/// Adds server reflection over `descriptor_sets`, in both versions: grpcurl 1.8 speaks only
+/// `v1alpha`, newer tools `v1`. The builder is not `Clone`, hence two of them.
+fn with_reflection(routes: Routes, descriptor_sets: &[&[u8]]) -> Result<Routes, StartupError> {
+    let builder = || {
+        descriptor_sets.iter().fold(
+            tonic_reflection::server::Builder::configure(),
+            |builder, set| builder.register_encoded_file_descriptor_set(set),
+        )
+    };
+    Ok(routes
+        .add_service(builder().build_v1()?)
+        .add_service(builder().build_v1alpha()?))
+}
