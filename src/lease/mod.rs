@@ -1,5 +1,6 @@
 //! The lease core: domain types, input limits, the [`LeaseStore`] trait that both stores implement,
-//! and the waiting policy of `Acquire` ([`waiting`]).
+//! and the waiting policy of `Acquire` ([`waiting`]). Every store keeps the rules in
+//! ARCHITECTURE.md, "Invariants".
 
 pub mod limits;
 pub mod waiting;

@@ -1,6 +1,7 @@
 //! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
 //! keys of a lease share one hash tag, time comes from Redis `TIME`, and releases are published
-//! so that waiters on every `leased` replica wake at once.
+//! so that waiters on every `leased` replica wake at once. The keys and what they hold:
+//! ARCHITECTURE.md, "Redis key layout".
 
 use std::{sync::Arc, time::Duration};
 

@@ -47,7 +47,8 @@ if not redis.call('SET', KEYS[1], expiry, 'NX', 'PX', ttl_ms) then
 end
 
 -- Tokens strictly increase per name even if Redis lost the counter (restart without persistence,
--- failover to a lagging replica, FLUSHALL): the counter never falls below Redis time in microseconds.
+-- failover to a lagging replica, FLUSHALL): the counter never falls below Redis time in
+-- microseconds. ARCHITECTURE.md, "Invariants".
 local token = redis.call('INCR', KEYS[3])
 if token < now_us then
   token = now_us
