@@ -56,16 +56,20 @@ impl LeaseGuard {
     pub(super) fn start(client: LeaseClient, grant: GrantedLease, requested_at: Instant) -> Self {
         let (lost_sender, lost) = watch::channel(None);
         let (stop_keepalive, stopped) = oneshot::channel();
+        let renewer = GrpcRenewer {
+            grpc: client.grpc(),
+            request: RenewRequest {
+                name: grant.name.clone(),
+                lease_id: grant.lease_id.clone(),
+                ttl_ms: 0,
+            },
+            stream: None,
+        };
         let keepalive = tokio::spawn(
             Keepalive {
-                grpc: client.grpc(),
-                request: RenewRequest {
-                    name: grant.name.clone(),
-                    lease_id: grant.lease_id.clone(),
-                    ttl_ms: 0,
-                },
+                renewer,
+                name: grant.name.clone(),
                 ttl: grant.ttl,
-                stream: None,
             }
             .run(requested_at, lost_sender, stopped),
         );
@@ -152,16 +156,25 @@ impl Drop for LeaseGuard {
     }
 }
 
-/// The renewing task of one guard.
-struct Keepalive {
-    grpc: GrpcClient,
-    request: RenewRequest,
-    ttl: Duration,
-    /// The open Renew stream, reopened after an error.
-    stream: Option<(mpsc::Sender<RenewRequest>, Streaming<RenewResponse>)>,
+/// One renewal of the lease: the only thing the keepalive needs from the network. Production
+/// renews over gRPC ([`GrpcRenewer`]); the unit tests script the answers, so that the timing of
+/// [`Keepalive::run`] can be checked on tokio's paused clock without real I/O.
+trait Renewer {
+    /// Asks the server to renew the lease once and returns its answer.
+    async fn renew(&mut self) -> Result<renew_response::Result, ClientError>;
 }
 
-impl Keepalive {
+/// The renewing task of one guard: when to renew, and when to stop trusting the lease.
+struct Keepalive<R> {
+    renewer: R,
+    /// The lease's name, for log lines.
+    name: String,
+    ttl: Duration,
+}
+
+impl<R: Renewer> Keepalive<R> {
+    /// Renews at a third of the TTL until `stopped` fires, or reports on `lost` why the lease can
+    /// no longer be trusted. `requested_at` is when the Acquire request was sent.
     async fn run(
         mut self,
         requested_at: Instant,
@@ -188,7 +201,7 @@ impl Keepalive {
             let sent_at = Instant::now();
             let answer = tokio::select! {
                 _ = &mut stopped => return,
-                answer = timeout_at(trusted_until, self.renew_once()) => answer,
+                answer = timeout_at(trusted_until, self.renewer.renew()) => answer,
             };
             match answer {
                 Ok(Ok(renew_response::Result::Renewed(renewed))) => {
@@ -202,8 +215,7 @@ impl Keepalive {
                 }
                 Ok(Err(error)) => {
                     last_error = error.to_string();
-                    tracing::debug!(name = %self.request.name, %last_error, "renewal failed; retrying");
-                    self.stream = None;
+                    tracing::debug!(name = %self.name, %last_error, "renewal failed; retrying");
                     next_renewal = Instant::now() + retry_delay;
                 }
                 // The loop's own timer reports the loss.
@@ -211,7 +223,28 @@ impl Keepalive {
             }
         }
     }
+}
 
+/// Renewals over one gRPC `Renew` stream, opened on first use and reopened after an error.
+struct GrpcRenewer {
+    grpc: GrpcClient,
+    request: RenewRequest,
+    /// The open Renew stream; `None` until the first renewal and after an error.
+    stream: Option<(mpsc::Sender<RenewRequest>, Streaming<RenewResponse>)>,
+}
+
+impl Renewer for GrpcRenewer {
+    async fn renew(&mut self) -> Result<renew_response::Result, ClientError> {
+        let answer = self.renew_once().await;
+        if answer.is_err() {
+            // A stream that failed once cannot be trusted to carry the next request.
+            self.stream = None;
+        }
+        answer
+    }
+}
+
+impl GrpcRenewer {
     /// One renewal over the stream, opening it first if needed.
     async fn renew_once(&mut self) -> Result<renew_response::Result, ClientError> {
         if self.stream.is_none() {
@@ -236,5 +269,178 @@ impl Keepalive {
             Some(_) => Err(ClientError::Protocol("empty RenewResponse".into())),
             None => Err(ClientError::Protocol("Renew stream ended".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::VecDeque,
+        sync::{Arc, Mutex},
+    };
+
+    use super::*;
+    use crate::proto::{Lost, Renewed};
+
+    /// The TTL of every test lease: renewals every 1 s, a 150 ms safety margin and retry delay.
+    const TTL: Duration = Duration::from_secs(3);
+
+    /// What the scripted server does with one renewal.
+    enum Answer {
+        /// Renews for `TTL`, answering after `delay`.
+        Renewed { delay: Duration },
+        /// Answers that the lease is gone.
+        Lost,
+        /// Fails, as a broken stream or an error status would.
+        Error,
+        /// Never answers: the network went silent.
+        Hang,
+    }
+
+    /// A [`Renewer`] that answers from a script (then hangs) and records when each call was made.
+    struct ScriptedRenewer {
+        script: VecDeque<Answer>,
+        calls: Arc<Mutex<Vec<Instant>>>,
+    }
+
+    impl Renewer for ScriptedRenewer {
+        async fn renew(&mut self) -> Result<renew_response::Result, ClientError> {
+            self.calls.lock().unwrap().push(Instant::now());
+            match self.script.pop_front().unwrap_or(Answer::Hang) {
+                Answer::Renewed { delay } => {
+                    tokio::time::sleep(delay).await;
+                    Ok(renew_response::Result::Renewed(Renewed {
+                        ttl_ms: TTL.as_millis() as i64,
+                        ..Renewed::default()
+                    }))
+                }
+                Answer::Lost => Ok(renew_response::Result::Lost(Lost {
+                    reason: "expired or released".into(),
+                })),
+                Answer::Error => Err(ClientError::Protocol("scripted failure".into())),
+                Answer::Hang => std::future::pending().await,
+            }
+        }
+    }
+
+    /// A keepalive running in the background, and what the tests observe of it.
+    struct Running {
+        calls: Arc<Mutex<Vec<Instant>>>,
+        lost: watch::Receiver<Option<LostReason>>,
+        stop: oneshot::Sender<()>,
+        task: JoinHandle<()>,
+    }
+
+    impl Running {
+        /// Starts a keepalive for a lease of `TTL` whose Acquire was sent at `requested_at`.
+        fn start(requested_at: Instant, script: impl IntoIterator<Item = Answer>) -> Self {
+            let calls = Arc::new(Mutex::new(Vec::new()));
+            let renewer = ScriptedRenewer {
+                script: script.into_iter().collect(),
+                calls: calls.clone(),
+            };
+            let keepalive = Keepalive {
+                renewer,
+                name: "test".into(),
+                ttl: TTL,
+            };
+            let (lost_sender, lost) = watch::channel(None);
+            let (stop, stopped) = oneshot::channel();
+            let task = tokio::spawn(keepalive.run(requested_at, lost_sender, stopped));
+            Running {
+                calls,
+                lost,
+                stop,
+                task,
+            }
+        }
+
+        /// The instants of the renewals so far, as offsets from `start`.
+        fn calls_since(&self, start: Instant) -> Vec<Duration> {
+            let calls = self.calls.lock().unwrap();
+            calls.iter().map(|call| *call - start).collect()
+        }
+
+        /// Waits (in virtual time) for the loss; returns it and when it fired.
+        async fn lost(&mut self) -> (Instant, LostReason) {
+            let reason = self.lost.wait_for(Option::is_some).await.unwrap().clone();
+            (Instant::now(), reason.unwrap())
+        }
+    }
+
+    /// Shorthand for the many millisecond instants below.
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    /// Renewals that succeed are sent every third of the TTL, counted from each renewal's send.
+    #[tokio::test(start_paused = true)]
+    async fn renews_every_third_of_the_ttl() {
+        let start = Instant::now();
+        let renewed = || Answer::Renewed { delay: ms(50) };
+        let running = Running::start(start, [renewed(), renewed(), renewed()]);
+        sleep_until(start + ms(3500)).await;
+        // The 50 ms answer delay does not shift the schedule: the period counts from the send.
+        assert_eq!(running.calls_since(start), [ms(1000), ms(2000), ms(3000)]);
+        assert!(running.lost.borrow().is_none());
+    }
+
+    /// A renewal answered `lost` reports `Lost` at that moment, without waiting for the TTL.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_answer_is_reported_at_once() {
+        let start = Instant::now();
+        let mut running = Running::start(start, [Answer::Lost]);
+        let (lost_at, reason) = running.lost().await;
+        assert_eq!(lost_at - start, ms(1000));
+        assert_eq!(reason, LostReason::Lost("expired or released".into()));
+    }
+
+    /// With no answer at all, trust ends at `requested_at + ttl - ttl/20`: the first window counts
+    /// from when the Acquire was sent, not from when the keepalive started.
+    #[tokio::test(start_paused = true)]
+    async fn silence_ends_trust_at_the_first_windows_end() {
+        let start = Instant::now();
+        // The Acquire round trip took 500 ms: the server's TTL started before we heard of it.
+        let requested_at = start - ms(500);
+        let mut running = Running::start(requested_at, [Answer::Hang]);
+        let (lost_at, reason) = running.lost().await;
+        assert_eq!(lost_at - requested_at, TTL - TTL / 20);
+        assert_eq!(reason, LostReason::Unreachable("renewal timed out".into()));
+        assert_eq!(running.calls_since(requested_at)[0], ms(1000));
+    }
+
+    /// After an error the keepalive retries every ttl/20; a late success extends trust from when
+    /// that renewal was sent, not from when its answer arrived.
+    #[tokio::test(start_paused = true)]
+    async fn errors_are_retried_and_trust_counts_from_the_send() {
+        let start = Instant::now();
+        let script = [
+            Answer::Error,
+            Answer::Error,
+            Answer::Renewed { delay: ms(100) }, // sent at 1.3 s, answered at 1.4 s
+            Answer::Hang,
+        ];
+        let mut running = Running::start(start, script);
+        let (lost_at, reason) = running.lost().await;
+        // 1.3 s + 3 s - 150 ms; counting from the answer would give 4.25 s.
+        assert_eq!(lost_at - start, ms(4150));
+        assert_eq!(reason, LostReason::Unreachable("renewal timed out".into()));
+        // At the loss a ready renewal timer may race the trust timer, so compare the first four.
+        let calls = running.calls_since(start);
+        assert_eq!(calls[..4], [ms(1000), ms(1150), ms(1300), ms(2300)]);
+    }
+
+    /// Stopping (the release path) ends the keepalive mid-renewal, and no loss ever fires.
+    #[tokio::test(start_paused = true)]
+    async fn stopping_ends_the_keepalive_without_a_loss() {
+        let start = Instant::now();
+        let running = Running::start(start, [Answer::Hang]);
+        sleep_until(start + ms(1500)).await; // the first renewal is in flight
+        running.stop.send(()).unwrap();
+        running.task.await.unwrap();
+        assert_eq!(Instant::now() - start, ms(1500));
+        // The task is gone with its sender: the guard's `lost()` can never resolve.
+        assert!(running.lost.borrow().is_none());
+        assert!(running.lost.has_changed().is_err());
     }
 }

@@ -170,5 +170,6 @@ mod tests {
         assert_eq!(id.expose().len(), 32);
         assert_ne!(id, LeaseId::generate());
         assert!(!format!("{id:?}").contains(id.expose()));
+        assert_eq!(id.to_string(), "<redacted>");
     }
 }

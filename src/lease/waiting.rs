@@ -237,3 +237,193 @@ async fn release_quietly<S: LeaseStore>(store: &S, name: &LeaseName, lease_id: &
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{lease::Limits, shutdown, store::MemoryStore};
+
+    const NAME: &str = "jobs/nightly";
+
+    /// Grants `NAME` to "holder" for `ttl_ms`; returns its lease id and fencing token.
+    async fn hold(store: &MemoryStore, ttl_ms: u64) -> (LeaseId, u64) {
+        let lease_id = LeaseId::generate();
+        let ttl = Duration::from_millis(ttl_ms);
+        match store
+            .try_acquire(&LeaseName(NAME.into()), "holder", ttl, &lease_id)
+            .await
+        {
+            Ok(AcquireOutcome::Granted(grant)) => (lease_id, grant.fencing_token),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    /// An Acquire of `NAME` by "waiter", validated as the server does.
+    fn request(ttl_ms: i64, wait_ms: i64) -> ValidatedAcquire {
+        let limits = Limits::default();
+        limits
+            .validate_acquire(NAME, "waiter".into(), ttl_ms, wait_ms)
+            .unwrap()
+    }
+
+    /// How many callers are registered as waiting on `NAME`.
+    fn waiters(store: &MemoryStore) -> usize {
+        let by_name = store.release_watchers().by_name.lock().unwrap();
+        by_name
+            .get(NAME)
+            .map_or(0, |sender| sender.receiver_count())
+    }
+
+    /// A waiter is told `Waiting` first, then granted the moment the holder releases: not at the
+    /// holder's expiry.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_wakes_the_waiter_at_once() {
+        let store = MemoryStore::new(16);
+        let (holder_id, holder_token) = hold(&store, 10_000).await;
+        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        match events.recv().await.unwrap().unwrap() {
+            AcquireEvent::Waiting(info) => assert_eq!(info.fencing_token, holder_token),
+            other => panic!("expected Waiting, got {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            events.try_recv().is_err(),
+            "granted while the lease was held"
+        );
+        let released_at = Instant::now();
+        assert!(
+            store
+                .release(&LeaseName(NAME.into()), &holder_id)
+                .await
+                .unwrap()
+        );
+        match events.recv().await.unwrap().unwrap() {
+            AcquireEvent::Granted(grant) => assert!(grant.fencing_token > holder_token),
+            other => panic!("expected Granted, got {other:?}"),
+        }
+        assert_eq!(Instant::now(), released_at);
+        assert_eq!(waiters(&store), 0);
+    }
+
+    /// With nobody releasing, the waiter wakes just after the holder's expiry (by `EXPIRY_SLACK`)
+    /// and is granted then: no polling before, no long delay after.
+    #[tokio::test(start_paused = true)]
+    async fn the_holders_expiry_wakes_the_waiter() {
+        let store = MemoryStore::new(16);
+        let expiry = Instant::now() + Duration::from_secs(1);
+        hold(&store, 1_000).await;
+        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::Waiting(_)
+        ));
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::Granted(_)
+        ));
+        let granted_at = Instant::now();
+        assert!(granted_at > expiry, "granted before the expiry");
+        assert!(granted_at <= expiry + EXPIRY_SLACK + Duration::from_millis(1));
+    }
+
+    /// A lease that stays busy ends the wait at its deadline exactly, with the holder's info.
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_ends_the_wait_with_not_granted() {
+        let store = MemoryStore::new(16);
+        let (_, holder_token) = hold(&store, 60_000).await;
+        let start = Instant::now();
+        let mut events = acquire(store.clone(), request(10_000, 5_000), Shutdown::never());
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::Waiting(_)
+        ));
+        match events.recv().await.unwrap().unwrap() {
+            AcquireEvent::NotGranted(info) => {
+                assert_eq!(info.holder, "holder");
+                assert_eq!(info.fencing_token, holder_token);
+            }
+            other => panic!("expected NotGranted, got {other:?}"),
+        }
+        assert_eq!(Instant::now() - start, Duration::from_secs(5));
+        assert_eq!(waiters(&store), 0);
+    }
+
+    /// `wait` zero tries once: an immediate answer, no `Waiting`, no registered waiter.
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_wait_tries_once() {
+        let store = MemoryStore::new(16);
+        let start = Instant::now();
+        let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::Granted(_)
+        ));
+        let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::NotGranted(_)
+        ));
+        assert_eq!(Instant::now(), start);
+        assert_eq!(waiters(&store), 0);
+    }
+
+    /// A caller that leaves mid-wait (drops the receiver) is no longer counted as a waiter.
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_receiver_cancels_the_wait() {
+        let store = MemoryStore::new(16);
+        hold(&store, 60_000).await;
+        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::Waiting(_)
+        ));
+        assert_eq!(waiters(&store), 1);
+        drop(events);
+        // Let the waiting task see the closed channel; 1 ms of virtual time, no real sleep.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(waiters(&store), 0);
+    }
+
+    /// A grant that can no longer be delivered (the caller already left) is released at once, so
+    /// the lease does not stay held by nobody until its TTL.
+    #[tokio::test(start_paused = true)]
+    async fn an_undelivered_grant_is_released() {
+        let store = MemoryStore::new(16);
+        let mut release_watch = store
+            .release_watchers()
+            .watch(&LeaseName(NAME.into()))
+            .unwrap();
+        // The receiver is gone before the task runs: it is granted the free lease, cannot say so.
+        drop(acquire(
+            store.clone(),
+            request(60_000, 60_000),
+            Shutdown::never(),
+        ));
+        // The release wakes this watch, which proves a grant was made and then undone.
+        tokio::time::timeout(Duration::from_millis(1), release_watch.released())
+            .await
+            .expect("the undelivered grant was not released");
+        assert_eq!(store.describe(&LeaseName(NAME.into())).await.unwrap(), None);
+    }
+
+    /// Shutdown ends a waiter with `ShuttingDown` at once and removes it.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_ends_the_wait() {
+        let store = MemoryStore::new(16);
+        hold(&store, 60_000).await;
+        let (trigger, shutdown) = shutdown::channel();
+        let mut events = acquire(store.clone(), request(10_000, 60_000), shutdown);
+        assert!(matches!(
+            events.recv().await.unwrap().unwrap(),
+            AcquireEvent::Waiting(_)
+        ));
+        let start = Instant::now();
+        trigger.fire();
+        assert!(matches!(
+            events.recv().await.unwrap(),
+            Err(Error::ShuttingDown)
+        ));
+        assert_eq!(Instant::now(), start);
+        assert_eq!(waiters(&store), 0);
+    }
+}
