@@ -1,6 +1,6 @@
 //! The `leased` binary: parses flags, starts logging, and hands over to the library.
 
-use std::{io::IsTerminal, process::ExitCode};
+use std::{ffi::OsStr, io::IsTerminal, process::ExitCode};
 
 use clap::Parser;
 use leased::{
@@ -70,10 +70,10 @@ async fn wait_for_termination() {
 fn init_logging(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    // Colour codes only help a person at a terminal; in a file or a pipe they are noise.
-    // https://no-color.org: any non-empty NO_COLOR turns colour off.
-    let colour = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+    let colour = log_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour)
@@ -81,5 +81,25 @@ fn init_logging(format: LogFormat, default_level: &str) {
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Colour codes only help a person at a terminal; in a file or a pipe they are noise. Following
+/// https://no-color.org, a non-empty `NO_COLOR` turns colour off.
+fn log_colour(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Colour only on a terminal, and never when NO_COLOR is set to something.
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(log_colour(true, None));
+        assert!(log_colour(true, Some(OsStr::new(""))));
+        assert!(!log_colour(true, Some(OsStr::new("1"))));
+        assert!(!log_colour(false, None));
     }
 }

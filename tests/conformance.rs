@@ -412,7 +412,7 @@ async fn cancelled_waiter_never_holds_the_lease(server: &Leased) {
     }
 }
 
-/// Every row of design.md's "Limits and errors" table, on every RPC that takes the field:
+/// Every input limit of ARCHITECTURE.md, "Limits", on every RPC that takes the field:
 /// INVALID_ARGUMENT with the field's name, and the server keeps serving.
 async fn every_bad_input_is_invalid_argument_naming_the_field(server: &Leased) {
     let mut client = server.client().await;

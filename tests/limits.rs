@@ -27,7 +27,7 @@ use std::{
 };
 
 use common::{
-    process::{LeasedProcess, log_dir, open_fds, raise_fd_limit, rss_kib},
+    harness::proc::{open_fds, raise_fd_limit, rss_kib},
     *,
 };
 use futures::{StreamExt as _, stream};
@@ -260,7 +260,11 @@ fn two_string_fields(first: &[u8], second: &[u8]) -> Vec<u8> {
 async fn malformed_and_oversized_messages_get_the_documented_code_and_the_server_lives() {
     let redis = RedisServer::start();
     let log = log_dir("limits-raw").join("leased.log");
-    let mut server = LeasedProcess::spawn(&redis.url(), &[], &log, "warn").await;
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .log(Log::File(log))
+        .start()
+        .await;
     let mut raw = RawClient::connect(server.endpoint()).await;
     let mut client = server.client().await;
     let oversized = vec![b'n'; MAX_MESSAGE_BYTES + 1];
@@ -554,8 +558,8 @@ fn valid_holder() -> impl Strategy<Value = String> {
     })
 }
 
-/// Validation accepts exactly the inputs design.md's table allows, and every rejection names its
-/// field.
+/// Validation accepts exactly the inputs ARCHITECTURE.md, "Limits", allows, and every rejection
+/// names its field.
 #[test]
 fn validation_accepts_exactly_the_documented_inputs() {
     let mut runner = TestRunner::new(ProptestConfig {
@@ -601,7 +605,7 @@ fn validation_accepts_exactly_the_documented_inputs() {
             let holder_ok = holder.len() <= MAX_HOLDER_BYTES;
             let ttl_ok = (10..=3_600_000).contains(&ttl_ms);
             let wait_ok = (0..=60_000).contains(&wait_ms);
-            let answer = limits.acquire_request(&name, holder.clone(), ttl_ms, wait_ms);
+            let answer = limits.validate_acquire(&name, holder.clone(), ttl_ms, wait_ms);
             match answer {
                 Ok(request) => {
                     prop_assert!(holder_ok && ttl_ok && wait_ok);
@@ -999,10 +1003,14 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
     let redis = RedisServer::start();
     let log = log_dir("limits-load").join("leased.log");
     let grace = format!("{}s", DRAIN_GRACE.as_secs());
-    let mut server =
-        LeasedProcess::spawn(&redis.url(), &["--drain-grace", &grace], &log, "warn").await;
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(["--drain-grace", &grace])
+        .log(Log::File(log))
+        .start()
+        .await;
     let pid = server.pid();
-    let (idle_rss, idle_fds) = (rss_kib(pid), open_fds(pid));
+    let (idle_rss, idle_fds) = (rss_kib(pid).unwrap(), open_fds(pid).unwrap());
 
     let mut clients = Vec::new();
     for _ in 0..CONNECTIONS {
@@ -1067,7 +1075,7 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
         .await;
     println!("{WAITERS} waiters blocked in {:?}", started.elapsed());
 
-    let (loaded_rss, loaded_fds) = (rss_kib(pid), open_fds(pid));
+    let (loaded_rss, loaded_fds) = (rss_kib(pid).unwrap(), open_fds(pid).unwrap());
     println!(
         "under load: RSS {} MiB (idle {} MiB, {:.1} KiB per stream), fds {loaded_fds} (idle {idle_fds})",
         loaded_rss / 1024,
@@ -1089,7 +1097,7 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
     drop(renew_streams);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut renew_streams = open_renew_streams(&clients, &grants).await;
-    let second_rss = rss_kib(pid);
+    let second_rss = rss_kib(pid).unwrap();
     println!(
         "after closing and reopening the {RENEW_STREAMS} Renew streams: RSS {} MiB",
         second_rss / 1024

@@ -4,8 +4,7 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    process::{Command, Stdio},
+    io::{Read, Write},
     time::Duration,
 };
 
@@ -95,48 +94,30 @@ async fn metrics_count_what_happened() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_name_rpc_and_lease_but_never_the_lease_id() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leased"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--redis-url",
-            &redis.url(),
-        ])
+    // SERVING, which start() waits for, means Redis is connected.
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
         .args(["--log-format", "json"])
-        .env("RUST_LOG", "debug")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let mut client = loop {
-        if let Ok(client) =
-            leased::proto::lease_service_client::LeaseServiceClient::connect(endpoint.clone()).await
-        {
-            break client;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await; // Redis connected
+        .log(Log::Captured)
+        .log_level("debug")
+        .start()
+        .await;
+    let mut client = server.client().await;
     let granted = must_acquire(&mut client, "logged", 5_000).await;
     renew_once(&mut client, &granted, 0).await.unwrap();
     describe(&mut client, "logged").await;
     assert!(release(&mut client, &granted).await);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let log = server.stop_and_read_log();
 
-    let stderr = BufReader::new(child.stderr.take().unwrap());
     let mut rpcs_logged = std::collections::HashSet::new();
-    for line in stderr.lines() {
-        let line = line.unwrap();
+    for line in log.lines() {
         assert!(
             !line.contains(&granted.lease_id),
             "a log line contains the lease id: {line}"
         );
         let json: serde_json::Value =
-            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         if let Some(rpc) = json["fields"]["rpc"].as_str() {
             assert_eq!(json["fields"]["name"], "logged", "{line}");
             rpcs_logged.insert(rpc.to_owned());
@@ -148,4 +129,79 @@ async fn json_logs_name_rpc_and_lease_but_never_the_lease_id() {
             "no log line for {rpc}: {rpcs_logged:?}"
         );
     }
+}
+
+/// A text log written to a pipe or a file carries no terminal colour codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_to_a_pipe_have_no_colour_codes() {
+    let redis = RedisServer::start();
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .log(Log::Captured)
+        .log_level("debug")
+        .start()
+        .await;
+    let mut client = server.client().await;
+    let granted = must_acquire(&mut client, "plain", 5_000).await;
+    assert!(release(&mut client, &granted).await);
+    let log = server.stop_and_read_log();
+    assert!(log.contains("granted"), "{log}");
+    assert!(!log.contains('\x1b'), "an escape code in the log: {log:?}");
+}
+
+/// A server that cannot start says why, in words an operator can act on, and exits 1.
+#[test]
+fn startup_errors_name_what_to_fix() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let cases = [
+        (
+            LeasedProcess::serve().redis("nonsense://127.0.0.1:1"),
+            "invalid --redis-url",
+        ),
+        (
+            LeasedProcess::serve().at(taken.local_addr().unwrap()),
+            "cannot listen on",
+        ),
+        (
+            LeasedProcess::serve().args(["--auth-tokens", "/nonexistent/tokens.json"]),
+            "cannot load --auth-tokens",
+        ),
+    ];
+    for (serve, expected) in cases {
+        let (status, stderr) = run_to_exit(serve.command(), Duration::from_secs(20));
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
+}
+
+/// Runs `command` until it exits (killing it after `timeout`: a server that should have refused
+/// to start must not hang the test) and returns its status and stderr.
+fn run_to_exit(
+    mut command: std::process::Command,
+    timeout: Duration,
+) -> (std::process::ExitStatus, String) {
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot run leased");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            child.kill().unwrap();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (status, stderr)
 }

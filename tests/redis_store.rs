@@ -20,7 +20,7 @@ const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus:
 async fn waiter_on_one_replica_wakes_on_release_through_another() {
     let redis = RedisServer::start();
     let replica_a = Leased::start(Some(redis.url())).await;
-    let replica_b = Leased::spawn_process(&redis.url(), &[]).await;
+    let replica_b = LeasedProcess::serve().redis(&redis.url()).start().await;
     let mut client_a = replica_a.client().await;
     let mut client_b = replica_b.client().await;
 
@@ -225,7 +225,11 @@ async fn expired_timestamp_key_without_ttl_is_taken_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_open_streams_and_exits_zero() {
     let redis = RedisServer::start();
-    let mut server = Leased::spawn_process(&redis.url(), &["--drain-grace", "5s"]).await;
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(["--drain-grace", "5s"])
+        .start()
+        .await;
     let mut client = server.client().await;
     let held = must_acquire(&mut client, "draining", 60_000).await;
 
@@ -233,7 +237,7 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
     let mut renew_stream = OpenRenewStream::open(&mut client).await;
     assert!(renew_stream.renew(&held, 0).await.is_ok());
 
-    let pid = server.process().id();
+    let pid = server.pid();
     let signalled_at = Instant::now();
     assert!(
         std::process::Command::new("kill")
@@ -249,7 +253,7 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
 
     let exit = loop {
-        if let Some(exit) = server.process().try_wait().unwrap() {
+        if let Some(exit) = server.try_wait() {
             break exit;
         }
         assert!(
@@ -260,4 +264,28 @@ async fn sigterm_drains_open_streams_and_exits_zero() {
     };
     assert!(exit.success(), "exit status {exit:?}");
     drop(renew_stream);
+}
+
+/// A lease key that something other than leased wrote with another type makes the script fail:
+/// INTERNAL (retrying will not help), not UNAVAILABLE, and the server keeps serving other names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_key_of_another_type_is_internal_not_unavailable() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut client = server.client().await;
+    assert_eq!(
+        redis.command(&["HSET", "leased:{foreign}", "field", "value"]),
+        ":1"
+    );
+
+    let acquired = acquire(&mut client, "foreign", 5_000, 0).await.unwrap_err();
+    assert_eq!(acquired.code(), tonic::Code::Internal, "{acquired:?}");
+    let described = client
+        .describe(leased::proto::DescribeRequest {
+            name: "foreign".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(described.code(), tonic::Code::Internal, "{described:?}");
+    must_acquire(&mut client, "domestic", 5_000).await;
 }

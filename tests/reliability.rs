@@ -18,9 +18,9 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use checker::{Checker, Report, Workload};
 use common::{
-    process::{LeasedProcess, log_dir},
+    harness::redis::{Resp, query},
     proxy::{Fault, FaultProxy},
-    sentinel::{self, SentinelSet},
+    sentinel::SentinelSet,
     *,
 };
 use tokio::{
@@ -209,13 +209,32 @@ async fn spawn_replica(
     address: Option<SocketAddr>,
 ) -> LeasedProcess {
     let log = log_dir(test).join(format!("leased-{index}.log"));
-    let args = ["--drain-grace", "2s"];
-    match address {
-        Some(address) => {
-            LeasedProcess::spawn_at(address, &proxy.redis_url(), &args, &log, "warn").await
-        }
-        None => LeasedProcess::spawn(&proxy.redis_url(), &args, &log, "warn").await,
+    let mut serve = LeasedProcess::serve()
+        .redis(&proxy.redis_url())
+        .args(["--drain-grace", "2s"])
+        .log(Log::File(log));
+    if let Some(address) = address {
+        serve = serve.at(address);
     }
+    serve.start().await
+}
+
+/// Redis Sentinel, and two `leased` processes on it logging to `target/tmp/<test>/`.
+async fn start_on_sentinels(test: &str) -> (SentinelSet, Vec<LeasedProcess>) {
+    let sentinels = SentinelSet::start();
+    let dir = log_dir(test);
+    let mut replicas = Vec::new();
+    for index in 0..2 {
+        let log = dir.join(format!("leased-{index}.log"));
+        replicas.push(
+            LeasedProcess::serve()
+                .redis(&sentinels.url())
+                .log(Log::File(log))
+                .start()
+                .await,
+        );
+    }
+    (sentinels, replicas)
 }
 
 /// Runs one pass of every standalone fault, starting at `offset` on the checker's clock; returns
@@ -407,13 +426,7 @@ async fn long_run_standalone_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_backwards_token_across_a_sentinel_failover() {
     let _serial = one_at_a_time().await;
-    let mut sentinels = SentinelSet::start();
-    let dir = log_dir("reliability-sentinel");
-    let mut replicas = Vec::new();
-    for index in 0..2 {
-        let log = dir.join(format!("leased-{index}.log"));
-        replicas.push(LeasedProcess::spawn(&sentinels.url(), &[], &log, "warn").await);
-    }
+    let (mut sentinels, replicas) = start_on_sentinels("reliability-sentinel").await;
     let endpoints: Vec<String> = replicas.iter().map(LeasedProcess::endpoint).collect();
     let checker = Checker::new(ci_workload(), "sentinel");
     let clients = start_clients(&checker, &endpoints);
@@ -493,13 +506,7 @@ async fn no_backwards_token_across_a_sentinel_failover() {
 #[ignore = "long run: LEASED_CHECKER_SECONDS=600 cargo test --test reliability -- --ignored"]
 async fn long_run_repeated_sentinel_failovers() {
     let _serial = one_at_a_time().await;
-    let mut sentinels = SentinelSet::start();
-    let dir = log_dir("reliability-long-sentinel");
-    let mut replicas = Vec::new();
-    for index in 0..2 {
-        let log = dir.join(format!("leased-{index}.log"));
-        replicas.push(LeasedProcess::spawn(&sentinels.url(), &[], &log, "warn").await);
-    }
+    let (mut sentinels, replicas) = start_on_sentinels("reliability-long-sentinel").await;
     let endpoints: Vec<String> = replicas.iter().map(LeasedProcess::endpoint).collect();
     let checker = Checker::new(
         Workload {
@@ -623,8 +630,8 @@ fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usi
                 .max()
                 .unwrap_or(0);
             let key = format!("leased:{{{}}}:fence", checker.names[*name]);
-            let on_replica = match sentinel::query(replica, &["GET", &key]) {
-                Ok(sentinel::Resp::Bulk(Some(value))) => value.parse().unwrap_or(0),
+            let on_replica = match query(replica, &["GET", &key]) {
+                Ok(Resp::Bulk(Some(value))) => value.parse().unwrap_or(0),
                 _ => 0,
             };
             on_replica < granted

@@ -375,11 +375,11 @@ async fn bearer_tokens_authenticate_and_authorize_every_rpc() {
 async fn sighup_reloads_tokens_without_dropping_streams() {
     let redis = RedisServer::start();
     let tokens = tokens_file();
-    let mut server = Leased::spawn_process(
-        &redis.url(),
-        &["--auth-tokens", &tokens.display().to_string()],
-    )
-    .await;
+    let server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(["--auth-tokens", &tokens.display().to_string()])
+        .start()
+        .await;
     let mut client = server.client().await;
     let mut stream = client
         .acquire(with_token(
@@ -415,7 +415,7 @@ async fn sighup_reloads_tokens_without_dropping_streams() {
             &["acquire", "renew", "release", "describe"],
         )],
     );
-    let pid = server.process().id().to_string();
+    let pid = server.pid().to_string();
     assert!(
         Command::new("kill")
             .args(["-HUP", &pid])
@@ -466,8 +466,9 @@ async fn sighup_reloads_tokens_without_dropping_streams() {
 /// `leased serve` refuses a non-loopback address without access control, before binding it.
 #[test]
 fn non_loopback_listen_without_auth_is_refused() {
-    let output = Command::new(env!("CARGO_BIN_EXE_leased"))
-        .args(["serve", "--listen", "0.0.0.0:0"])
+    let output = LeasedProcess::serve()
+        .at("0.0.0.0:0".parse().unwrap())
+        .command()
         .output()
         .unwrap();
     assert!(!output.status.success());

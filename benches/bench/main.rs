@@ -4,7 +4,8 @@
 //! release `leased` binary as a child process, etcd), runs every scenario, prints Markdown tables
 //! and writes `target/bench/report.json`. README.md, "Performance", explains the scenarios.
 //!
-//! - [`procs`]: the child processes, `/proc` and Redis `INFO`.
+//! - [`harness`]: the processes (shared with the integration tests, `tests/harness/`).
+//! - [`procs`]: the bench's side of them: CPU metering, `target/bench/`, `--leased-bin`.
 //! - [`measure`]: closed-loop workers, latency quantiles, result rows.
 //! - [`workload`]: the store's scripts called directly, and cycles and renewals over gRPC.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
@@ -13,6 +14,8 @@
 
 mod etcd;
 mod handoff;
+#[path = "../../tests/harness/mod.rs"]
+mod harness;
 mod measure;
 mod peers;
 mod procs;
@@ -33,8 +36,8 @@ use tonic::transport::Channel;
 use crate::{
     etcd::{EtcdContender, EtcdCycle},
     handoff::LeasedContender,
-    measure::{Budget, Row, closed_loop},
-    procs::{EtcdServer, LeasedServer, RedisServer},
+    harness::{leased::LeasedProcess, redis::RedisServer},
+    measure::{Budget, Metered, Row, closed_loop},
     workload::{DirectCycle, DirectRenew},
 };
 
@@ -84,8 +87,8 @@ struct Args {
 struct Run {
     args: Args,
     budget: Budget,
-    redis: RedisServer,
-    server: LeasedServer,
+    redis: Metered<RedisServer>,
+    server: Metered<LeasedProcess>,
     channels: Vec<Channel>,
 }
 
@@ -151,15 +154,14 @@ async fn run(args: Args) -> BenchResult<bool> {
         procs::LEASED_BIN.set(path.clone()).expect("set once");
     }
     measure::meter_cpu("bench", std::process::id());
-    let redis = RedisServer::start().await?;
-    let mut extra_args = vec![
+    let redis = procs::start_redis()?;
+    let extra_args = [
         "--redis-pool-size".to_owned(),
         args.redis_pool_size.to_string(),
     ];
-    extra_args.extend(["--redis-timeout".to_owned(), "5s".to_owned()]);
     let server =
-        LeasedServer::start("redis", Some(&redis.url()), &extra_args, &args.server_log).await?;
-    let channels = server.connections(args.connections).await?;
+        procs::start_leased("redis", Some(&redis.url()), &extra_args, &args.server_log).await?;
+    let channels = procs::connections(&server, args.connections).await?;
     let run = Run {
         args,
         budget,
@@ -294,8 +296,8 @@ async fn grpc_cycle(run: &Run) -> BenchResult<Vec<Row>> {
 }
 
 async fn grpc_cycle_memory(run: &Run) -> BenchResult<Vec<Row>> {
-    let server = LeasedServer::start("memory", None, &[], &run.args.server_log).await?;
-    let channels = server.connections(run.channels.len()).await?;
+    let server = procs::start_leased("memory", None, &[], &run.args.server_log).await?;
+    let channels = procs::connections(&server, run.channels.len()).await?;
     let mut rows = Vec::new();
     for concurrency in CONCURRENCY {
         let prefix = format!("bench/cycle-memory/c{concurrency}");
@@ -383,7 +385,7 @@ async fn redis_py_lock(run: &Run) -> BenchResult<Vec<Row>> {
 }
 
 async fn etcd_lock(run: &Run) -> BenchResult<Vec<Row>> {
-    let etcd = EtcdServer::start().await?;
+    let etcd = procs::start_etcd().await?;
     let mut channels = Vec::new();
     for _ in 0..run.channels.len() {
         channels.push(procs::connect(etcd.client_address).await?);
@@ -426,7 +428,7 @@ async fn etcd_lock(run: &Run) -> BenchResult<Vec<Row>> {
 async fn held_scale(run: &Run) -> BenchResult<Vec<Row>> {
     // Start from an empty Redis: keys of earlier scenarios expiring meanwhile would skew the
     // memory measured per lease.
-    run.redis.command(&["FLUSHALL", "SYNC"])?;
+    run.redis.query(&["FLUSHALL", "SYNC"])?;
     let scale = scale::Scale {
         held: run
             .args
@@ -563,9 +565,7 @@ fn environment(run: &Run) -> Value {
     };
     json!({
         "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "redis_server": run.redis.command(&["INFO", "server"]).ok().and_then(|info| {
-            info.lines().find_map(|l| l.strip_prefix("redis_version:")).map(str::to_owned)
-        }),
+        "redis_server": run.redis.info_field("server", "redis_version"),
         "etcd": version("etcd", &["--version"]),
         "leased": env!("CARGO_PKG_VERSION"),
         "grpc_connections": run.channels.len(),

@@ -51,6 +51,38 @@ pub fn unmeter_cpu(label: &str) {
         .retain(|(known, _)| known != label);
 }
 
+/// A process of the harness whose CPU time closed loops measure (as `label`) while it lives.
+pub struct Metered<T> {
+    process: T,
+    label: String,
+}
+
+impl<T> Metered<T> {
+    /// Meters `pid`, the process of `process`, from now on.
+    pub fn new(label: &str, pid: u32, process: T) -> Self {
+        meter_cpu(label, pid);
+        Metered {
+            process,
+            label: label.to_owned(),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Metered<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.process
+    }
+}
+
+impl<T> Drop for Metered<T> {
+    fn drop(&mut self) {
+        // Before the process itself is stopped (fields drop after this body).
+        unmeter_cpu(&self.label);
+    }
+}
+
 /// User plus system CPU time of each metered process so far.
 fn cpu_times() -> Vec<(String, Duration)> {
     // `/proc/<pid>/stat` counts in clock ticks of 1/100 s on Linux.

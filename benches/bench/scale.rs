@@ -9,8 +9,9 @@ use tonic::transport::Channel;
 
 use crate::{
     BenchResult,
+    harness::{leased::LeasedProcess, redis::RedisServer},
     measure::{Budget, Row, closed_loop},
-    procs::{LeasedServer, RedisServer},
+    procs::rss_bytes,
     workload::{RenewStream, acquire_many, measure_grpc_cycles, open_renew_streams, split_among},
 };
 
@@ -32,12 +33,12 @@ pub struct Scale {
 pub async fn held_scale(
     scale: &Scale,
     redis: &RedisServer,
-    server: &LeasedServer,
+    server: &LeasedProcess,
     channels: &[Channel],
     budget: Budget,
 ) -> BenchResult<Vec<Row>> {
-    let rss_before = server.rss_bytes()?;
-    let used_memory_before = redis.info_field("memory", "used_memory")?;
+    let rss_before = rss_bytes(server.pid())?;
+    let used_memory_before = used_memory(redis)?;
 
     let names = (0..scale.held)
         .map(|index| format!("bench/held/{index:06}"))
@@ -45,7 +46,7 @@ pub async fn held_scale(
     let acquire_started = Instant::now();
     let leases = acquire_many(channels, names, HELD_TTL_MS, CONCURRENCY).await?;
     let acquire_ops_per_s = scale.held as f64 / acquire_started.elapsed().as_secs_f64();
-    let used_memory_held = redis.info_field("memory", "used_memory")?;
+    let used_memory_held = used_memory(redis)?;
     let redis_bytes_per_lease = (used_memory_held - used_memory_before) as f64 / scale.held as f64;
     let key_bytes = lease_key_bytes(redis, &leases[0].name)?;
 
@@ -67,7 +68,7 @@ pub async fn held_scale(
         renewers.spawn(keep_renewing(stream, offset, stopped.clone()));
     }
     let cycles = measure_grpc_cycles(channels, CONCURRENCY, "bench/held-cycle", budget).await?;
-    let rss_held = server.rss_bytes()?;
+    let rss_held = rss_bytes(server.pid())?;
     stop.send_replace(true);
     let mut renewals_meanwhile = 0;
     while let Some(joined) = renewers.join_next().await {
@@ -147,8 +148,15 @@ fn lease_key_bytes(redis: &RedisServer, name: &str) -> BenchResult<serde_json::V
         ("owner", format!("{lease}:owner")),
         ("fence", format!("{lease}:fence")),
     ] {
-        let usage: i64 = redis.command(&["MEMORY", "USAGE", &key])?.parse()?;
+        let usage = redis.query(&["MEMORY", "USAGE", &key])?.as_int();
+        let usage = usage.ok_or_else(|| format!("MEMORY USAGE {key} answered no number"))?;
         bytes.insert(part.to_owned(), usage.into());
     }
     Ok(bytes.into())
+}
+
+/// Redis's `used_memory` (`INFO memory`), in bytes.
+fn used_memory(redis: &RedisServer) -> BenchResult<i64> {
+    let used = redis.info_field("memory", "used_memory");
+    Ok(used.ok_or("INFO memory has no used_memory")?.parse()?)
 }

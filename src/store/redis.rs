@@ -85,6 +85,7 @@ impl RedisStore {
     /// Starts connecting to Redis and returns at once: until Redis answers, requests fail with
     /// `UNAVAILABLE` after the command timeout and [`LeaseStore::ping`] fails. Reconnects forever.
     pub fn connect(options: &RedisOptions) -> Result<Self, StartupError> {
+        check_url_scheme(&options.url)?;
         let url_error = |e: RedisError| StartupError::RedisUrl(e.details().to_string());
         let config = Config::from_url(&options.url).map_err(url_error)?;
         let mut builder = Builder::from_config(config);
@@ -172,6 +173,27 @@ impl Drop for RedisStore {
             task.abort();
         }
     }
+}
+
+/// fred reads any other scheme as a plain `redis://` URL, so a typo (`redis-clustr://`, `http://`)
+/// would connect in the wrong mode: refuse it. Only the scheme is echoed; the URL may hold a password.
+fn check_url_scheme(url: &str) -> Result<(), StartupError> {
+    const SCHEMES: [&str; 6] = [
+        "redis",
+        "rediss",
+        "redis-cluster",
+        "rediss-cluster",
+        "redis-sentinel",
+        "rediss-sentinel",
+    ];
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if SCHEMES.contains(&scheme) {
+        return Ok(());
+    }
+    Err(StartupError::RedisUrl(format!(
+        "the scheme must be one of {}, not {scheme:?}",
+        SCHEMES.map(|scheme| format!("{scheme}://")).join(", ")
+    )))
 }
 
 /// (Re)subscribes to the release channel on every connection of the subscriber, and wakes every

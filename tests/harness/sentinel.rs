@@ -9,165 +9,70 @@
 //! to follow the master's real address.)
 
 use std::{
-    io::{BufRead, BufReader, Write},
-    net::TcpStream,
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use super::{free_port, proxy::FaultProxy, wait_until};
+use super::{
+    Owned, free_port,
+    proxy::FaultProxy,
+    redis::{RedisServer, Resp, info_field, query},
+    spawn, wait_until,
+};
 
 /// The monitored service name.
 pub const SERVICE: &str = "mymaster";
 
-/// A RESP2 reply.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Resp {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<String>),
-    Array(Option<Vec<Resp>>),
-}
-
-impl Resp {
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Resp::Simple(s) | Resp::Bulk(Some(s)) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// An array of alternating field names and values (`SENTINEL master`), as a lookup.
-    pub fn field(&self, name: &str) -> Option<String> {
-        let Resp::Array(Some(items)) = self else {
-            return None;
-        };
-        items
-            .chunks(2)
-            .find(|pair| pair[0].as_str() == Some(name))
-            .and_then(|pair| pair.get(1)?.as_str().map(str::to_owned))
-    }
-}
-
-/// Sends one command to `127.0.0.1:port` and reads the whole reply.
-pub fn query(port: u16, args: &[&str]) -> std::io::Result<Resp> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(request.as_bytes())?;
-    read_reply(&mut BufReader::new(stream))
-}
-
-fn read_reply(reader: &mut impl BufRead) -> std::io::Result<Resp> {
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let line = line.trim_end_matches("\r\n");
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad RESP reply");
-    let (kind, rest) = line.split_at_checked(1).ok_or_else(bad)?;
-    Ok(match kind {
-        "+" => Resp::Simple(rest.to_owned()),
-        "-" => Resp::Error(rest.to_owned()),
-        ":" => Resp::Int(rest.parse().map_err(|_| bad())?),
-        "$" => {
-            let len: i64 = rest.parse().map_err(|_| bad())?;
-            if len < 0 {
-                Resp::Bulk(None)
-            } else {
-                let mut data = vec![0u8; len as usize + 2];
-                std::io::Read::read_exact(reader, &mut data)?;
-                data.truncate(len as usize);
-                Resp::Bulk(Some(String::from_utf8_lossy(&data).into_owned()))
-            }
-        }
-        "*" => {
-            let len: i64 = rest.parse().map_err(|_| bad())?;
-            if len < 0 {
-                Resp::Array(None)
-            } else {
-                let items = (0..len)
-                    .map(|_| read_reply(reader))
-                    .collect::<std::io::Result<_>>()?;
-                Resp::Array(Some(items))
-            }
-        }
-        _ => return Err(bad()),
-    })
-}
-
-/// One `redis-server` or `redis-sentinel` process.
+/// One Redis node, and the port everyone else uses for it (the proxy's, for the first master).
 struct Node {
-    port: u16,
-    /// The port everyone else uses for it (the proxy's, for the first master).
+    server: RedisServer,
     known_as: u16,
-    process: Option<Child>,
-}
-
-impl Node {
-    fn kill(&mut self) {
-        if let Some(mut child) = self.process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Two Redis nodes (at first a master, behind a proxy, and its replica) and three sentinels.
 pub struct SentinelSet {
     nodes: Vec<Node>,
-    sentinels: Vec<Node>,
+    sentinels: Vec<Sentinel>,
     /// In front of the first master.
     pub master_proxy: FaultProxy,
     dir: PathBuf,
 }
 
-fn redis_server(port: u16, extra: &[&str]) -> Node {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server is not installed (apt-get install redis-server)");
-    wait_until(
-        "redis-server to answer PING",
-        Duration::from_secs(10),
-        || query(port, &["PING"]).is_ok_and(|reply| reply == Resp::Simple("PONG".into())),
-    );
-    Node {
-        port,
-        known_as: port,
-        process: Some(child),
-    }
+/// One `redis-sentinel` process.
+struct Sentinel {
+    port: u16,
+    process: Owned,
 }
 
 impl SentinelSet {
     /// Starts everything and waits until the three sentinels know the replica and each other, so
     /// that a failover can be agreed on.
     pub fn start() -> Self {
-        let mut master = redis_server(free_port(), &[]);
+        let master = RedisServer::start_with(free_port(), &[]);
         let master_proxy = FaultProxy::start(([127, 0, 0, 1], master.port).into());
-        master.known_as = master_proxy.port;
+        let master = Node {
+            server: master,
+            known_as: master_proxy.port,
+        };
         let master_address = master.known_as.to_string();
-        let replica = redis_server(free_port(), &["--replicaof", "127.0.0.1", &master_address]);
+        let replica =
+            RedisServer::start_with(free_port(), &["--replicaof", "127.0.0.1", &master_address]);
         wait_until("the replica to sync", Duration::from_secs(15), || {
-            info_field(replica.port, "replication", "master_link_status").as_deref() == Some("up")
+            replica
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
         });
+        let replica = Node {
+            known_as: replica.port,
+            server: replica,
+        };
 
         let dir = std::env::temp_dir().join(format!(
             "leased-sentinel-{}-{}",
             std::process::id(),
-            master.port
+            master.server.port
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let monitored = master.known_as;
@@ -189,15 +94,15 @@ impl SentinelSet {
                     ),
                 )
                 .unwrap();
-                let child = Command::new("redis-sentinel")
-                    .arg(&config)
-                    .stdout(Stdio::null())
-                    .spawn()
-                    .expect("redis-sentinel is not installed (apt-get install redis-sentinel)");
-                Node {
+                let child = spawn(
+                    Command::new("redis-sentinel")
+                        .arg(&config)
+                        .stdout(Stdio::null()),
+                )
+                .unwrap_or_else(|error| panic!("{error}"));
+                Sentinel {
                     port,
-                    known_as: port,
-                    process: Some(child),
+                    process: Owned(Some(child)),
                 }
             })
             .collect::<Vec<_>>();
@@ -275,7 +180,7 @@ impl SentinelSet {
             .iter_mut()
             .find(|node| node.known_as == port)
             .expect("the master is one of our nodes");
-        node.kill();
+        node.server.kill();
         port
     }
 
@@ -288,13 +193,12 @@ impl SentinelSet {
             .iter_mut()
             .find(|node| node.known_as == port)
             .expect("one of our nodes");
-        assert!(node.process.is_none(), "node {port} is still running");
-        let known_as = node.known_as;
+        assert!(!node.server.is_running(), "node {port} is still running");
         // Announce the address everyone knows it by, or the master would list it under its real
         // port and the sentinels would track it twice.
-        let announce = known_as.to_string();
-        *node = redis_server(
-            node.port,
+        let announce = node.known_as.to_string();
+        node.server = RedisServer::start_with(
+            node.server.port,
             &[
                 "--replicaof",
                 "127.0.0.1",
@@ -303,7 +207,6 @@ impl SentinelSet {
                 &announce,
             ],
         );
-        node.known_as = known_as;
         wait_until(
             "the restarted node to sync",
             Duration::from_secs(15),
@@ -327,21 +230,11 @@ impl SentinelSet {
 impl Drop for SentinelSet {
     fn drop(&mut self) {
         for sentinel in &mut self.sentinels {
-            sentinel.kill();
+            sentinel.process.kill();
         }
         for node in &mut self.nodes {
-            node.kill();
+            node.server.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// One `field:value` line of `INFO section`.
-pub fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
-    let info = query(port, &["INFO", section]).ok()?;
-    info.as_str()?.lines().find_map(|line| {
-        line.strip_prefix(field)?
-            .strip_prefix(':')
-            .map(|value| value.trim().to_owned())
-    })
 }
