@@ -9,6 +9,20 @@ use std::{
 
 use super::{free_port, redis::RedisServer, spawn, wait_until};
 
+/// A port that was free a moment ago, whose cluster bus port (+10000) was free too. Both stay
+/// below the kernel's ephemeral range (32768 and up), as [`free_port`] explains.
+fn free_cluster_port() -> u16 {
+    const BUS_OFFSET: u16 = 10_000;
+    for _ in 0..1_000 {
+        let port = free_port();
+        let bus = port.checked_add(BUS_OFFSET).filter(|bus| *bus < 32_768);
+        if bus.is_some_and(|bus| std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok()) {
+            return port;
+        }
+    }
+    panic!("no free port whose cluster bus port is free too");
+}
+
 /// Three cluster-enabled redis-servers, no replicas, killed on drop with their scratch directory.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
@@ -28,7 +42,7 @@ impl RedisCluster {
         let dir_arg = dir.display().to_string();
         let nodes = (0..3)
             .map(|_| {
-                let port = free_port();
+                let port = free_cluster_port();
                 let config_file = format!("nodes-{port}.conf");
                 let cluster_args = ["--cluster-enabled", "yes"];
                 let files = ["--cluster-config-file", &config_file, "--dir", &dir_arg];

@@ -178,14 +178,29 @@ impl RedisServer {
                 .stdout(Stdio::null()),
         )?;
         self.process = Owned(Some(child));
+        let port = self.port;
+        let mut exited = None;
         poll_until(
             "redis-server to answer PING",
             Duration::from_secs(10),
             || {
-                self.query(&["PING"])
-                    .is_ok_and(|reply| reply == Resp::Simple("PONG".into()))
+                // A server that could not start (its port taken) exits: say so at once.
+                exited = self
+                    .process
+                    .0
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten());
+                exited.is_some()
+                    || query(port, &["PING"])
+                        .is_ok_and(|reply| reply == Resp::Simple("PONG".into()))
             },
-        )
+        )?;
+        match exited {
+            Some(status) => Err(io::Error::other(format!(
+                "redis-server on port {port} exited at start ({status}); its port may be taken"
+            ))),
+            None => Ok(()),
+        }
     }
 
     pub fn url(&self) -> String {
