@@ -39,13 +39,7 @@ async fn main() -> ExitCode {
 async fn serve(config: ServeConfig) -> Result<(), StartupError> {
     // Refuse before binding: an exposed port should never open, even briefly.
     config.check_listen_address(config.listen)?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartupError::Listen {
-            address: config.listen,
-            purpose: "--listen",
-            source,
-        })?;
+    let listener = leased::server::bind(config.listen, "--listen").await?;
     let (trigger, shutdown) = leased::shutdown::channel();
     tokio::spawn(async move {
         wait_for_termination().await;

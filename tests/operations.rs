@@ -185,17 +185,13 @@ fn run_to_exit(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("cannot run leased");
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > timeout {
-            child.kill().unwrap();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let exited = harness::poll_until("leased to exit", timeout, || {
+        child.try_wait().unwrap().is_some()
+    });
+    if exited.is_err() {
+        child.kill().unwrap();
+    }
+    let status = child.wait().unwrap();
     let mut stderr = String::new();
     child
         .stderr

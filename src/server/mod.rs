@@ -50,8 +50,8 @@ pub async fn serve(
     }
     let listeners = Listeners {
         grpc: listener,
-        health: bind(config.health_listen, "--health-listen").await?,
-        metrics: bind(config.metrics_listen, "--metrics-listen").await?,
+        health: bind_optional(config.health_listen, "--health-listen").await?,
+        metrics: bind_optional(config.metrics_listen, "--metrics-listen").await?,
     };
     match config.redis_options() {
         Some(redis) => {
@@ -161,20 +161,24 @@ async fn serve_health_only(routes: Routes, listener: TcpListener, shutdown: Shut
     }
 }
 
-/// Binds an optional side port (`--health-listen`, `--metrics-listen`).
-async fn bind(
-    address: Option<SocketAddr>,
-    purpose: &'static str,
-) -> Result<Option<TcpListener>, StartupError> {
-    let Some(address) = address else {
-        return Ok(None);
-    };
-    let listener = TcpListener::bind(address)
+/// Binds `address`; `purpose` names the flag that set it, for the error.
+pub async fn bind(address: SocketAddr, purpose: &'static str) -> Result<TcpListener, StartupError> {
+    TcpListener::bind(address)
         .await
         .map_err(|source| StartupError::Listen {
             address,
             purpose,
             source,
-        })?;
-    Ok(Some(listener))
+        })
+}
+
+/// Binds an optional side port (`--health-listen`, `--metrics-listen`).
+async fn bind_optional(
+    address: Option<SocketAddr>,
+    purpose: &'static str,
+) -> Result<Option<TcpListener>, StartupError> {
+    match address {
+        Some(address) => Ok(Some(bind(address, purpose).await?)),
+        None => Ok(None),
+    }
 }

@@ -143,14 +143,14 @@ impl RedisStore {
     }
 
     /// Runs one script on `name`'s keys; `operation` names it in metrics and errors.
-    async fn run(
+    async fn run<'a>(
         &self,
         operation: &'static str,
-        name: &LeaseName,
+        name: &'a LeaseName,
         script: &Script,
         keys: Vec<String>,
         args: Vec<String>,
-    ) -> Result<Reply> {
+    ) -> Result<Reply<'a>> {
         let started = std::time::Instant::now();
         let reply = script
             .evalsha_with_reload(self.pool.next(), keys, args)
@@ -159,7 +159,7 @@ impl RedisStore {
         match reply {
             Ok(value) => Ok(Reply {
                 operation,
-                name: name.as_str().to_owned(),
+                name,
                 value,
             }),
             Err(error) => Err(store_error(operation, name, error)),
@@ -393,16 +393,16 @@ fn store_error(operation: &'static str, name: &LeaseName, error: RedisError) -> 
 
 /// One script's reply, read field by field; a reply that breaks the script's documented shape is
 /// an internal error naming the script and the lease.
-struct Reply {
+struct Reply<'a> {
     operation: &'static str,
-    name: String,
+    name: &'a LeaseName,
     value: Value,
 }
 
-impl Reply {
+impl Reply<'_> {
     fn broken(&self, what: String) -> Error {
         Error::Internal {
-            name: self.name.clone(),
+            name: self.name.to_string(),
             detail: format!("{}.lua replied {what}", self.operation),
         }
     }
