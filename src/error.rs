@@ -99,6 +99,13 @@ pub enum StartupError {
     #[error("invalid --redis-url: {0}")]
     RedisUrl(String),
 
+    /// Redis answered, but is older than 7.0: no sharded pub/sub for the wake-ups of waiters.
+    #[error(
+        "Redis {0} is too old: leased needs Redis 7.0 or newer (sharded pub/sub, SSUBSCRIBE and \
+         SPUBLISH, carries the wake-ups of waiting callers). Upgrade Redis"
+    )]
+    RedisVersion(String),
+
     /// The `--auth-tokens` file cannot be read or parsed.
     #[error("cannot load --auth-tokens: {0}")]
     AuthTokens(String),

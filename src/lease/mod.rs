@@ -3,13 +3,14 @@
 //! ARCHITECTURE.md, "Invariants".
 
 pub mod limits;
+pub mod queue;
 pub mod waiting;
 
-use std::{fmt, future::Future, time::Duration};
+use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use crate::error::Result;
 pub use limits::Limits;
-pub use waiting::ReleaseWatchers;
+pub use queue::{Placement, Waiters};
 
 /// A validated lease name: 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -111,7 +112,25 @@ impl HolderInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
     Granted(Grant),
-    Busy(HolderInfo),
+    /// Not granted now. `holder` is `None` when the lease is free but someone ahead in the queue
+    /// gets it first. `position` is the caller's place in the queue (1 = next), 0 if it did not
+    /// queue (a try-once attempt).
+    Busy {
+        holder: Option<HolderInfo>,
+        position: u32,
+    },
+    /// The queue of this name is full (`--max-waiters-per-name`, across all replicas).
+    QueueFull {
+        limit: usize,
+    },
+}
+
+/// Where this replica's waiters of one name stand: who holds the lease and, for each entry asked
+/// about, its position (0 = not in the queue).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueStatus {
+    pub holder: Option<HolderInfo>,
+    pub positions: Vec<u32>,
 }
 
 /// The answer of one renewal.
@@ -146,15 +165,22 @@ impl LeaseGone {
 
 /// Where lease state lives. Each method is one atomic step in the store; none of them waits for a
 /// busy lease (that policy lives in [`waiting`]).
+///
+/// Waiting callers queue in the store, first come, first served across every replica: an attempt
+/// with a queue `entry` joins the name's queue if it cannot be granted, and while anyone is queued
+/// only the first in line is granted. The store tells this replica's [`Waiters`] when an entry
+/// here is first in line and the lease is free (`wake`), and when positions moved (`moved`).
 pub trait LeaseStore: Send + Sync + 'static {
-    /// Grants `name` to `lease_id` if it is free, or answers who holds it. Idempotent for one
-    /// `lease_id`: retrying after an unknown outcome returns the same grant.
+    /// Grants `name` to `lease_id` if it is free and nobody is ahead in the queue, or answers who
+    /// holds it. With `entry`, a caller that is not granted joins the queue (or keeps its place).
+    /// Idempotent for one `lease_id`: retrying after an unknown outcome returns the same grant.
     fn try_acquire(
         &self,
         name: &LeaseName,
         holder: &str,
         ttl: Duration,
         lease_id: &LeaseId,
+        entry: Option<&str>,
     ) -> impl Future<Output = Result<AcquireOutcome>> + Send;
 
     /// Moves the expiry forward if `lease_id` still holds `name`. `ttl: None` keeps the granted TTL.
@@ -165,7 +191,8 @@ pub trait LeaseStore: Send + Sync + 'static {
         ttl: Option<Duration>,
     ) -> impl Future<Output = Result<RenewOutcome>> + Send;
 
-    /// Ends the lease if `lease_id` holds it and wakes its waiters; false if it did not hold it.
+    /// Ends the lease if `lease_id` holds it and wakes the first in line; false if it did not
+    /// hold it.
     fn release(
         &self,
         name: &LeaseName,
@@ -176,9 +203,30 @@ pub trait LeaseStore: Send + Sync + 'static {
     fn describe(&self, name: &LeaseName)
     -> impl Future<Output = Result<Option<HolderInfo>>> + Send;
 
-    /// Succeeds when the store can answer requests; drives the health status.
+    /// Takes these entries (callers that gave up) out of the queue of `name`.
+    fn leave(
+        &self,
+        name: &LeaseName,
+        entries: &[String],
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Keeps this replica's `entries` of `name` alive in the queue (a replica that stops doing so
+    /// is taken for dead and its entries are dropped) and reads where they stand.
+    fn queue_status(
+        &self,
+        name: &LeaseName,
+        entries: &[String],
+    ) -> impl Future<Output = Result<QueueStatus>> + Send;
+
+    /// Starts delivering wake-ups for `name` to [`Waiters`]; counted, ended by [`Self::unlisten`].
+    fn listen(&self, name: &LeaseName);
+
+    /// Stops delivering wake-ups for `name` once every `listen` is matched.
+    fn unlisten(&self, name: &LeaseName);
+
+    /// Succeeds when the store can answer requests and deliver wake-ups; drives the health status.
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;
 
-    /// Wake-ups for callers waiting on a lease, fed by this store's releases (from any replica).
-    fn release_watchers(&self) -> &ReleaseWatchers;
+    /// This replica's waiting callers, which the store wakes.
+    fn waiters(&self) -> &Arc<Waiters>;
 }

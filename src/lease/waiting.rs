@@ -1,19 +1,19 @@
-//! The waiting policy of `Acquire`: try, and while the lease is busy, sleep until the holder
-//! releases it (a push from the store), its expiry passes (a local timer), the caller gives up, or
-//! the wait runs out. No polling loop: every wake-up has a cause.
+//! The waiting policy of `Acquire`: try; while the lease is busy, wait in the store's queue
+//! until this caller is first in line and the lease is free (a wake-up from the store), the
+//! holder's expiry passes while this caller is first (a local timer), the caller gives up, or the
+//! wait runs out. No polling loop: every attempt has a cause. ARCHITECTURE.md, "Fair waiting".
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use tokio::{
-    sync::{mpsc, watch},
-    time::{Instant, sleep_until},
+    sync::{Notify, mpsc},
+    time::{Instant, MissedTickBehavior, sleep_until},
 };
 
-use super::{AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, ValidatedAcquire};
+use super::{
+    AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, Placement, QueueStatus,
+    ValidatedAcquire, queue::Ticket,
+};
 use crate::{
     error::{Error, Result},
     metrics::metrics,
@@ -24,106 +24,25 @@ use crate::{
 /// holder's expiry so that the retry finds the lease free rather than busy for 0 ms more.
 const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 
+/// How often each name with waiters here renews this replica's queue entries and re-reads their
+/// placements, whatever the wake-ups say. The store drops the entries of a replica silent for
+/// several of these; it also bounds how late a waiter learns of a wake-up that was lost.
+pub const TEND_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Entries removed from a queue in one store call.
+const LEAVE_BATCH: usize = 256;
+
 /// What the caller of [`acquire`] sees, in order: zero or more `Waiting`, then one terminal event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireEvent {
-    /// The lease is busy; the server waits. Sent when waiting starts and when the holder changes.
-    Waiting(HolderInfo),
+    /// The caller waits in the queue. Sent when waiting starts and whenever its position or the
+    /// holder changes.
+    Waiting(Placement),
     /// Terminal: the caller holds the lease.
     Granted(Grant),
-    /// Terminal: the lease stayed busy for the whole wait.
-    NotGranted(HolderInfo),
-}
-
-/// Per-name wake-ups for waiting callers, fed by the store whenever a lease is released.
-///
-/// Each name with waiters has a generation counter in a `watch` channel; a release bumps it. A
-/// waiter subscribes *before* it tries the store, so a release between its try and its sleep is
-/// never missed.
-#[derive(Debug)]
-pub struct ReleaseWatchers {
-    by_name: Mutex<HashMap<String, watch::Sender<u64>>>,
-    max_waiters_per_name: usize,
-}
-
-impl ReleaseWatchers {
-    /// A registry that refuses more than `max_waiters_per_name` concurrent waiters on one name.
-    pub fn new(max_waiters_per_name: usize) -> Self {
-        ReleaseWatchers {
-            by_name: Mutex::new(HashMap::new()),
-            max_waiters_per_name,
-        }
-    }
-
-    /// Subscribes to releases of `name` until the returned guard drops.
-    pub fn watch(&self, name: &LeaseName) -> Result<ReleaseWatch<'_>> {
-        let mut by_name = self.by_name.lock().expect("release watchers lock poisoned");
-        let sender = by_name
-            .entry(name.as_str().to_owned())
-            .or_insert_with(|| watch::channel(0).0);
-        if sender.receiver_count() >= self.max_waiters_per_name {
-            return Err(Error::ResourceExhausted(format!(
-                "too many callers are waiting for this lease (limit {})",
-                self.max_waiters_per_name
-            )));
-        }
-        metrics().waiters.inc();
-        Ok(ReleaseWatch {
-            watchers: self,
-            name: name.as_str().to_owned(),
-            receiver: sender.subscribe(),
-        })
-    }
-
-    /// Wakes every waiter of `name`.
-    pub fn notify(&self, name: &str) {
-        let by_name = self.by_name.lock().expect("release watchers lock poisoned");
-        if let Some(sender) = by_name.get(name) {
-            sender.send_modify(|generation| *generation += 1);
-        }
-    }
-
-    /// Wakes every waiter of every name: after the store may have missed release events (a
-    /// pub/sub reconnect), each waiter re-checks its lease.
-    pub fn notify_all(&self) {
-        let by_name = self.by_name.lock().expect("release watchers lock poisoned");
-        for sender in by_name.values() {
-            sender.send_modify(|generation| *generation += 1);
-        }
-    }
-}
-
-/// One waiter's subscription to the releases of one name.
-pub struct ReleaseWatch<'a> {
-    watchers: &'a ReleaseWatchers,
-    name: String,
-    receiver: watch::Receiver<u64>,
-}
-
-impl ReleaseWatch<'_> {
-    /// Resolves at the next release of the name after the subscription (or the last wait).
-    pub async fn released(&mut self) {
-        // The sender lives in the registry for as long as this receiver does, so this cannot fail.
-        let _ = self.receiver.changed().await;
-    }
-}
-
-impl Drop for ReleaseWatch<'_> {
-    fn drop(&mut self) {
-        metrics().waiters.dec();
-        let mut by_name = self
-            .watchers
-            .by_name
-            .lock()
-            .expect("release watchers lock poisoned");
-        // Our own receiver is still counted: remove the entry when we are its last waiter.
-        if by_name
-            .get(&self.name)
-            .is_some_and(|sender| sender.receiver_count() <= 1)
-        {
-            by_name.remove(&self.name);
-        }
-    }
+    /// Terminal: not granted (at once for a try-once call, or the wait ran out). `None`: the lease
+    /// is free, but someone ahead in the queue gets it first.
+    NotGranted(Option<HolderInfo>),
 }
 
 /// Runs one `Acquire`: returns the events as a channel fed by a spawned task. Dropping the
@@ -136,7 +55,7 @@ pub fn acquire<S: LeaseStore>(
     let (events, receiver) = mpsc::channel(4);
     tokio::spawn(async move {
         let lease_id = LeaseId::generate();
-        let outcome = wait_for_grant(&*store, &request, &lease_id, &events, &shutdown).await;
+        let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
         match outcome {
             Ok(Some(AcquireEvent::Granted(grant))) => {
                 if events.send(Ok(AcquireEvent::Granted(grant))).await.is_err() {
@@ -165,62 +84,158 @@ pub fn acquire<S: LeaseStore>(
 
 /// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
 async fn wait_for_grant<S: LeaseStore>(
-    store: &S,
+    store: &Arc<S>,
     request: &ValidatedAcquire,
     lease_id: &LeaseId,
     events: &mpsc::Sender<Result<AcquireEvent>>,
     shutdown: &Shutdown,
 ) -> Result<Option<AcquireEvent>> {
     let deadline = Instant::now() + request.wait;
-    // Subscribe before the first try, so that a release right after it still wakes us.
-    let mut release_watch = match request.wait.is_zero() {
+    // A caller that may wait takes a ticket before its first attempt, so that the attempt queues
+    // it if the lease is busy, and every wake-up after it reaches this caller.
+    let mut ticket = match request.wait.is_zero() {
         true => None,
-        false => Some(store.release_watchers().watch(&request.name)?),
+        false => Some(join(store, &request.name)),
     };
-    let mut last_reported: Option<(String, u64)> = None;
+    let mut reported: Option<(u32, Option<(String, u64)>)> = None;
     loop {
+        let entry = ticket.as_ref().map(Ticket::entry);
         let outcome = store
-            .try_acquire(&request.name, &request.holder, request.ttl, lease_id)
+            .try_acquire(&request.name, &request.holder, request.ttl, lease_id, entry)
             .await?;
-        let holder = match outcome {
-            AcquireOutcome::Granted(grant) => return Ok(Some(AcquireEvent::Granted(grant))),
-            AcquireOutcome::Busy(holder) => holder,
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(Some(AcquireEvent::NotGranted(holder)));
-        }
-        let holder_key = (holder.holder.clone(), holder.fencing_token);
-        if last_reported.as_ref() != Some(&holder_key) {
-            last_reported = Some(holder_key);
-            if events
-                .send(Ok(AcquireEvent::Waiting(holder.clone())))
-                .await
-                .is_err()
-            {
-                return Ok(None);
+        let mut placement = match outcome {
+            AcquireOutcome::Granted(grant) => {
+                if let Some(ticket) = ticket.take() {
+                    ticket.granted();
+                }
+                return Ok(Some(AcquireEvent::Granted(grant)));
             }
-        }
-        let wake_at = match holder.expiry {
-            Some(expiry) => {
-                let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
-                deadline.min(now + remaining + EXPIRY_SLACK)
+            AcquireOutcome::QueueFull { limit } => {
+                return Err(Error::ResourceExhausted(format!(
+                    "too many callers are waiting for this lease (limit {limit})"
+                )));
             }
-            None => deadline, // no expiry: only a release or the deadline can end the wait
+            AcquireOutcome::Busy { holder, position } => Placement { position, holder },
         };
-        let release_watch = release_watch
-            .as_mut()
-            .expect("waiting implies a release watch");
-        tokio::select! {
-            _ = release_watch.released() => {}
-            _ = sleep_until(wake_at) => {
-                if wake_at < deadline {
-                    metrics().expiries_seen.inc();
+        let Some(ticket) = ticket.as_mut() else {
+            return Ok(Some(AcquireEvent::NotGranted(placement.holder)));
+        };
+        let wake = ticket.wake_signal();
+        // Wait in line until there is a reason to try again.
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Some(AcquireEvent::NotGranted(placement.holder)));
+            }
+            let shown = (
+                placement.position,
+                placement
+                    .holder
+                    .as_ref()
+                    .map(|h| (h.holder.clone(), h.fencing_token)),
+            );
+            if reported.as_ref() != Some(&shown) {
+                reported = Some(shown);
+                let waiting = AcquireEvent::Waiting(placement.clone());
+                if events.send(Ok(waiting)).await.is_err() {
+                    return Ok(None);
                 }
             }
-            _ = events.closed() => return Ok(None),
-            _ = shutdown.fired() => return Err(Error::ShuttingDown),
+            // Only the first in line acts on the holder's expiry; the others move up when it is granted.
+            let wake_at = match (&placement.holder, placement.position) {
+                (Some(holder), 1) => match holder.expiry {
+                    Some(expiry) => {
+                        let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
+                        deadline.min(now + remaining + EXPIRY_SLACK)
+                    }
+                    None => deadline, // no expiry: only a release or the deadline can end the wait
+                },
+                _ => deadline,
+            };
+            tokio::select! {
+                _ = wake.notified() => break,
+                moved = ticket.moved() => {
+                    placement = moved;
+                    // Dropped from the queue (purged, or Redis lost it): join again. First in
+                    // line with the lease free: take it.
+                    if placement.position == 0 || (placement.position == 1 && placement.holder.is_none()) {
+                        break;
+                    }
+                }
+                _ = sleep_until(wake_at) => {
+                    if wake_at < deadline {
+                        metrics().expiries_seen.inc();
+                    }
+                    break;
+                }
+                _ = events.closed() => return Ok(None),
+                _ = shutdown.fired() => return Err(Error::ShuttingDown),
+            }
         }
+    }
+}
+
+/// Registers a waiter of `name` on this replica; the first one starts the name's tending task.
+fn join<S: LeaseStore>(store: &Arc<S>, name: &LeaseName) -> Ticket {
+    let (ticket, first_here) = store.waiters().join(name);
+    if let Some(tend) = first_here {
+        tokio::spawn(tend_queue(store.clone(), name.clone(), tend));
+    }
+    ticket
+}
+
+/// Looks after this replica's waiters of one name while there are any: listens for the name's
+/// wake-ups, removes the entries of callers that left, and every [`TEND_INTERVAL`] (and at once
+/// when the queue moved) keeps the entries alive and hands each waiter its new placement.
+async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Notify>) {
+    store.listen(&name);
+    let mut ticks = tokio::time::interval(TEND_INTERVAL);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks.tick().await; // the first tick is immediate: the first waiter's attempt just queued it
+    loop {
+        let tick = tokio::select! {
+            _ = tend.notified() => false,
+            _ = ticks.tick() => true,
+        };
+        let Some(chores) = store.waiters().chores(name.as_str()) else {
+            break;
+        };
+        for batch in chores.leaving.chunks(LEAVE_BATCH) {
+            if let Err(error) = store.leave(&name, batch).await {
+                tracing::debug!(%name, %error, "could not take waiters that left out of the queue; retrying");
+                store.waiters().retry_leaving(name.as_str(), batch.to_vec());
+            }
+        }
+        if (tick || chores.moved) && !chores.entries.is_empty() {
+            match store.queue_status(&name, &chores.entries).await {
+                Ok(status) => place(&*store, &name, chores.entries, status),
+                Err(error) => tracing::debug!(%name, %error, "could not read the queue"),
+            }
+        }
+    }
+    store.unlisten(&name);
+}
+
+/// Hands each waiter its placement, and wakes the first in line if the lease is free.
+fn place<S: LeaseStore>(store: &S, name: &LeaseName, entries: Vec<String>, status: QueueStatus) {
+    let QueueStatus { holder, positions } = status;
+    let mut first = None;
+    let placements = entries
+        .into_iter()
+        .zip(positions)
+        .inspect(|(entry, position)| {
+            if *position == 1 {
+                first = Some(entry.clone());
+            }
+        })
+        .map(|(entry, position)| {
+            let holder = holder.clone();
+            (entry, Placement { position, holder })
+        })
+        .collect();
+    store.waiters().place(name.as_str(), placements);
+    if let (Some(entry), None) = (first, &holder) {
+        store.waiters().wake(name.as_str(), &entry);
     }
 }
 
@@ -245,12 +260,16 @@ mod tests {
 
     const NAME: &str = "jobs/nightly";
 
+    fn name() -> LeaseName {
+        LeaseName(NAME.into())
+    }
+
     /// Grants `NAME` to "holder" for `ttl_ms`; returns its lease id and fencing token.
     async fn hold(store: &MemoryStore, ttl_ms: u64) -> (LeaseId, u64) {
         let lease_id = LeaseId::generate();
         let ttl = Duration::from_millis(ttl_ms);
         match store
-            .try_acquire(&LeaseName(NAME.into()), "holder", ttl, &lease_id)
+            .try_acquire(&name(), "holder", ttl, &lease_id, None)
             .await
         {
             Ok(AcquireOutcome::Granted(grant)) => (lease_id, grant.fencing_token),
@@ -266,86 +285,141 @@ mod tests {
             .unwrap()
     }
 
-    /// How many callers are registered as waiting on `NAME`.
-    fn waiters(store: &MemoryStore) -> usize {
-        let by_name = store.release_watchers().by_name.lock().unwrap();
-        by_name
-            .get(NAME)
-            .map_or(0, |sender| sender.receiver_count())
+    /// The next event, which must be `Waiting`: its position and holder token (0 if free).
+    async fn next_waiting(events: &mut mpsc::Receiver<Result<AcquireEvent>>) -> (u32, u64) {
+        match events.recv().await.unwrap().unwrap() {
+            AcquireEvent::Waiting(placement) => (
+                placement.position,
+                placement.holder.map_or(0, |h| h.fencing_token),
+            ),
+            other => panic!("expected Waiting, got {other:?}"),
+        }
     }
 
-    /// A waiter is told `Waiting` first, then granted the moment the holder releases: not at the
-    /// holder's expiry.
+    /// A waiter is told `Waiting` (first in line) first, then granted the moment the holder
+    /// releases: not at the holder's expiry.
     #[tokio::test(start_paused = true)]
     async fn a_release_wakes_the_waiter_at_once() {
         let store = MemoryStore::new(16);
         let (holder_id, holder_token) = hold(&store, 10_000).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
-        match events.recv().await.unwrap().unwrap() {
-            AcquireEvent::Waiting(info) => assert_eq!(info.fencing_token, holder_token),
-            other => panic!("expected Waiting, got {other:?}"),
-        }
+        assert_eq!(next_waiting(&mut events).await, (1, holder_token));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             events.try_recv().is_err(),
             "granted while the lease was held"
         );
         let released_at = Instant::now();
-        assert!(
-            store
-                .release(&LeaseName(NAME.into()), &holder_id)
-                .await
-                .unwrap()
-        );
+        assert!(store.release(&name(), &holder_id).await.unwrap());
         match events.recv().await.unwrap().unwrap() {
             AcquireEvent::Granted(grant) => assert!(grant.fencing_token > holder_token),
             other => panic!("expected Granted, got {other:?}"),
         }
         assert_eq!(Instant::now(), released_at);
-        assert_eq!(waiters(&store), 0);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(store.waiters().count(), 0);
     }
 
-    /// With nobody releasing, the waiter wakes just after the holder's expiry (by `EXPIRY_SLACK`)
-    /// and is granted then: no polling before, no long delay after.
+    /// Waiters are granted in the order they queued, each told its position, and each moves up
+    /// as the ones ahead are served.
     #[tokio::test(start_paused = true)]
-    async fn the_holders_expiry_wakes_the_waiter() {
+    async fn waiters_are_served_first_come_first_served() {
+        let store = MemoryStore::new(16);
+        let (mut holder_id, _) = hold(&store, 60_000).await;
+        let mut waiters = Vec::new();
+        for expected in 1..=3 {
+            let mut events = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+            assert_eq!(next_waiting(&mut events).await.0, expected);
+            waiters.push(events);
+        }
+        for served in 0..3 {
+            assert!(store.release(&name(), &holder_id).await.unwrap());
+            let grant = match waiters[served].recv().await.unwrap().unwrap() {
+                AcquireEvent::Granted(grant) => grant,
+                other => panic!("waiter {served}: expected Granted, got {other:?}"),
+            };
+            holder_id = grant.lease_id;
+            // Everyone behind moved up by one.
+            for (behind, events) in waiters.iter_mut().enumerate().skip(served + 1) {
+                let (position, token) = next_waiting(events).await;
+                assert_eq!(position as usize, behind - served);
+                assert_eq!(token, grant.fencing_token);
+            }
+        }
+    }
+
+    /// While someone waits, nobody jumps the queue: a try-once caller is not granted even in the
+    /// instant the lease is free.
+    #[tokio::test(start_paused = true)]
+    async fn a_try_once_caller_never_overtakes_a_waiter() {
+        let store = MemoryStore::new(16);
+        let (holder_id, _) = hold(&store, 60_000).await;
+        let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        next_waiting(&mut waiter).await;
+        // Released and retried in the same instant, before the waiter's task runs.
+        assert!(store.release(&name(), &holder_id).await.unwrap());
+        let outcome = store
+            .try_acquire(
+                &name(),
+                "barger",
+                Duration::from_secs(1),
+                &LeaseId::generate(),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            AcquireOutcome::Busy {
+                holder: None,
+                position: 0
+            }
+        );
+        assert!(matches!(
+            waiter.recv().await.unwrap().unwrap(),
+            AcquireEvent::Granted(_)
+        ));
+    }
+
+    /// With nobody releasing, the first in line wakes just after the holder's expiry (by
+    /// `EXPIRY_SLACK`, or at a tending read that finds it expired) and is granted then: never
+    /// before, and no long delay after.
+    #[tokio::test(start_paused = true)]
+    async fn the_holders_expiry_wakes_the_first_in_line() {
         let store = MemoryStore::new(16);
         let expiry = Instant::now() + Duration::from_secs(1);
         hold(&store, 1_000).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
-        assert!(matches!(
-            events.recv().await.unwrap().unwrap(),
-            AcquireEvent::Waiting(_)
-        ));
+        next_waiting(&mut events).await;
         assert!(matches!(
             events.recv().await.unwrap().unwrap(),
             AcquireEvent::Granted(_)
         ));
         let granted_at = Instant::now();
-        assert!(granted_at > expiry, "granted before the expiry");
+        assert!(granted_at >= expiry, "granted before the expiry");
         assert!(granted_at <= expiry + EXPIRY_SLACK + Duration::from_millis(1));
     }
 
-    /// A lease that stays busy ends the wait at its deadline exactly, with the holder's info.
+    /// A lease that stays busy ends the wait at its deadline exactly, with the holder's info, and
+    /// the caller leaves the queue.
     #[tokio::test(start_paused = true)]
     async fn the_deadline_ends_the_wait_with_not_granted() {
         let store = MemoryStore::new(16);
         let (_, holder_token) = hold(&store, 60_000).await;
         let start = Instant::now();
         let mut events = acquire(store.clone(), request(10_000, 5_000), Shutdown::never());
-        assert!(matches!(
-            events.recv().await.unwrap().unwrap(),
-            AcquireEvent::Waiting(_)
-        ));
+        next_waiting(&mut events).await;
         match events.recv().await.unwrap().unwrap() {
-            AcquireEvent::NotGranted(info) => {
+            AcquireEvent::NotGranted(Some(info)) => {
                 assert_eq!(info.holder, "holder");
                 assert_eq!(info.fencing_token, holder_token);
             }
             other => panic!("expected NotGranted, got {other:?}"),
         }
         assert_eq!(Instant::now() - start, Duration::from_secs(5));
-        assert_eq!(waiters(&store), 0);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(store.waiters().count(), 0);
+        assert_eq!(queued(&store).await, 0);
     }
 
     /// `wait` zero tries once: an immediate answer, no `Waiting`, no registered waiter.
@@ -361,27 +435,43 @@ mod tests {
         let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
         assert!(matches!(
             events.recv().await.unwrap().unwrap(),
-            AcquireEvent::NotGranted(_)
+            AcquireEvent::NotGranted(Some(_))
         ));
         assert_eq!(Instant::now(), start);
-        assert_eq!(waiters(&store), 0);
+        assert_eq!(store.waiters().count(), 0);
+        assert_eq!(queued(&store).await, 0);
     }
 
-    /// A caller that leaves mid-wait (drops the receiver) is no longer counted as a waiter.
+    /// How many entries the store's queue of `NAME` holds (as positions: the last one's).
+    async fn queued(store: &MemoryStore) -> usize {
+        let probe = [String::from("probe")];
+        let mut count = 0;
+        // Positions of unknown entries are 0; count the queue by asking about every entry here.
+        let _ = store.queue_status(&name(), &probe).await.unwrap();
+        for n in 0..64 {
+            let entry = format!("{}:{n}", store.waiters().replica());
+            if store.queue_status(&name(), &[entry]).await.unwrap().positions[0] > 0 {
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// A caller that leaves mid-wait (drops the receiver) leaves the queue, and the one behind it
+    /// moves up.
     #[tokio::test(start_paused = true)]
-    async fn dropping_the_receiver_cancels_the_wait() {
+    async fn dropping_the_receiver_leaves_the_queue() {
         let store = MemoryStore::new(16);
         hold(&store, 60_000).await;
-        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
-        assert!(matches!(
-            events.recv().await.unwrap().unwrap(),
-            AcquireEvent::Waiting(_)
-        ));
-        assert_eq!(waiters(&store), 1);
-        drop(events);
-        // Let the waiting task see the closed channel; 1 ms of virtual time, no real sleep.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(waiters(&store), 0);
+        let mut first = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        assert_eq!(next_waiting(&mut first).await.0, 1);
+        let mut second = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        assert_eq!(next_waiting(&mut second).await.0, 2);
+        assert_eq!(store.waiters().count(), 2);
+        drop(first);
+        assert_eq!(next_waiting(&mut second).await.0, 1);
+        assert_eq!(store.waiters().count(), 1);
+        assert_eq!(queued(&store).await, 1);
     }
 
     /// A grant that can no longer be delivered (the caller already left) is released at once, so
@@ -389,21 +479,38 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_undelivered_grant_is_released() {
         let store = MemoryStore::new(16);
-        let mut release_watch = store
-            .release_watchers()
-            .watch(&LeaseName(NAME.into()))
-            .unwrap();
         // The receiver is gone before the task runs: it is granted the free lease, cannot say so.
         drop(acquire(
             store.clone(),
             request(60_000, 60_000),
             Shutdown::never(),
         ));
-        // The release wakes this watch, which proves a grant was made and then undone.
-        tokio::time::timeout(Duration::from_millis(1), release_watch.released())
-            .await
-            .expect("the undelivered grant was not released");
-        assert_eq!(store.describe(&LeaseName(NAME.into())).await.unwrap(), None);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(store.describe(&name()).await.unwrap(), None);
+    }
+
+    /// The queue is bounded: past `max_waiters_per_name`, a waiter is refused with
+    /// `ResourceExhausted`; a try-once caller still gets its answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_refuses_more_waiters() {
+        let store = MemoryStore::new(2);
+        hold(&store, 60_000).await;
+        let mut kept = Vec::new();
+        for _ in 0..2 {
+            let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+            next_waiting(&mut events).await;
+            kept.push(events);
+        }
+        let mut refused = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        assert!(matches!(
+            refused.recv().await.unwrap(),
+            Err(Error::ResourceExhausted(_))
+        ));
+        let mut once = acquire(store.clone(), request(10_000, 0), Shutdown::never());
+        assert!(matches!(
+            once.recv().await.unwrap().unwrap(),
+            AcquireEvent::NotGranted(Some(_))
+        ));
     }
 
     /// Shutdown ends a waiter with `ShuttingDown` at once and removes it.
@@ -413,10 +520,7 @@ mod tests {
         hold(&store, 60_000).await;
         let (trigger, shutdown) = shutdown::channel();
         let mut events = acquire(store.clone(), request(10_000, 60_000), shutdown);
-        assert!(matches!(
-            events.recv().await.unwrap().unwrap(),
-            AcquireEvent::Waiting(_)
-        ));
+        next_waiting(&mut events).await;
         let start = Instant::now();
         trigger.fire();
         assert!(matches!(
@@ -424,6 +528,7 @@ mod tests {
             Err(Error::ShuttingDown)
         ));
         assert_eq!(Instant::now(), start);
-        assert_eq!(waiters(&store), 0);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(store.waiters().count(), 0);
     }
 }

@@ -8,7 +8,7 @@ use super::{
     service::{LeaseServiceImpl, ResponseStream, authorize},
 };
 use crate::{
-    lease::{HolderInfo, LeaseName, LeaseStore, waiting::AcquireEvent},
+    lease::{HolderInfo, LeaseName, LeaseStore, Placement, waiting::AcquireEvent},
     metrics::{StreamRecorder, metrics},
     proto::{
         self, AcquireRequest, AcquireResponse, Granted, NotGranted, Waiting, acquire_response,
@@ -63,19 +63,20 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
                 expires_at: Some(proto::timestamp_from_unix_ms(grant.expires_at_ms)),
             })
         }
-        AcquireEvent::Waiting(holder) => {
-            tracing::debug!(rpc = "Acquire", %name, holder_token = holder.fencing_token, "waiting");
+        AcquireEvent::Waiting(Placement { position, holder }) => {
+            tracing::debug!(rpc = "Acquire", %name, position, "waiting");
             let (holder, fencing_token, remaining_ms) = holder_fields(holder);
             acquire_response::Result::Waiting(Waiting {
                 holder,
                 fencing_token,
                 remaining_ms,
+                position,
             })
         }
         AcquireEvent::NotGranted(holder) => {
             metrics().not_granted.inc();
-            tracing::info!(rpc = "Acquire", %name, holder_token = holder.fencing_token, "not granted");
             let (holder, fencing_token, remaining_ms) = holder_fields(holder);
+            tracing::info!(rpc = "Acquire", %name, holder_token = fencing_token, "not granted");
             acquire_response::Result::NotGranted(NotGranted {
                 holder,
                 fencing_token,
@@ -88,7 +89,14 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
     }
 }
 
-fn holder_fields(holder: HolderInfo) -> (String, u64, i64) {
-    let remaining_ms = holder.remaining_ms_or_minus_one();
-    (holder.holder, holder.fencing_token, remaining_ms)
+/// The holder as `Waiting` and `NotGranted` carry it: "", 0, 0 while the lease is free but being
+/// handed to a caller ahead in the queue; `remaining_ms` -1 for a lease without expiry.
+fn holder_fields(holder: Option<HolderInfo>) -> (String, u64, i64) {
+    match holder {
+        Some(holder) => {
+            let remaining_ms = holder.remaining_ms_or_minus_one();
+            (holder.holder, holder.fencing_token, remaining_ms)
+        }
+        None => (String::new(), 0, 0),
+    }
 }

@@ -57,6 +57,7 @@ pub async fn serve(
         Some(redis) => {
             tracing::info!(store = "redis", "starting");
             let store = Arc::new(RedisStore::connect(&redis)?);
+            store.check_version(redis.command_timeout).await?;
             run(store, options, listeners, shutdown).await
         }
         None => {

@@ -1,9 +1,14 @@
 //! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
-//! keys of a lease share one hash tag, time comes from Redis `TIME`, and releases are published
-//! so that waiters on every `leased` replica wake at once. The keys and what they hold:
-//! ARCHITECTURE.md, "Redis key layout".
+//! keys of a lease share one hash tag, and time comes from Redis `TIME`. Waiters queue in Redis;
+//! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
+//! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name. The keys and what they
+//! hold: ARCHITECTURE.md, "Redis key layout" and "Fair waiting".
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
 
 use fred::{
     clients::SubscriberClient,
@@ -12,15 +17,15 @@ use fred::{
         Builder, ClientLike, Config, Error as RedisError, EventInterface, Pool, PubsubInterface,
         ReconnectPolicy, Value,
     },
-    types::scripts::Script,
+    types::{InfoKind, scripts::Script},
 };
-use tokio::task::JoinHandle;
+use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::{
     error::{Error, Result, StartupError},
     lease::{
         AcquireOutcome, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName, LeaseStore,
-        ReleaseWatchers, RenewOutcome,
+        QueueStatus, RenewOutcome, Waiters, waiting::TEND_INTERVAL,
     },
     metrics::metrics,
 };
@@ -28,6 +33,17 @@ use crate::{
 /// The fence counter outlives leases by at least this long, so that tokens usually come from the
 /// counter; if it expires anyway, the clock floor in `acquire.lua` keeps tokens increasing.
 const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A replica whose waiters' entries were not renewed for this long is taken for dead, and its
+/// entries leave the queue. Four tending intervals: a live replica misses it only if Redis is
+/// out of its reach for seconds.
+const REPLICA_TTL: Duration = Duration::from_millis(4 * TEND_INTERVAL.as_millis() as u64);
+
+/// How soon a failed subscription is tried again.
+const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(250);
+
+/// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) came with Redis 7.0.
+const MIN_REDIS_MAJOR: u32 = 7;
 
 /// How to reach Redis and how long to wait for it.
 #[derive(Clone, Debug)]
@@ -40,25 +56,38 @@ pub struct RedisOptions {
     pub pool_size: usize,
     /// Prepended to every key, e.g. `leased:`.
     pub key_prefix: String,
-    /// Refuse more concurrent waiters than this on one name.
+    /// Refuse more waiters than this in one name's queue (all replicas together).
     pub max_waiters_per_name: usize,
 }
 
-/// The four Lua scripts, one per atomic operation.
+/// The Lua scripts, one per atomic operation. Those that touch the queue start with `queue.lua`.
 struct Scripts {
     acquire: Script,
     renew: Script,
     release: Script,
     describe: Script,
+    leave: Script,
+    status: Script,
+}
+
+macro_rules! queue_script {
+    ($file:literal) => {
+        Script::from_lua(concat!(
+            include_str!("scripts/queue.lua"),
+            include_str!($file)
+        ))
+    };
 }
 
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire: Script::from_lua(include_str!("scripts/acquire.lua")),
+            acquire: queue_script!("scripts/acquire.lua"),
             renew: Script::from_lua(include_str!("scripts/renew.lua")),
-            release: Script::from_lua(include_str!("scripts/release.lua")),
+            release: queue_script!("scripts/release.lua"),
             describe: Script::from_lua(include_str!("scripts/describe.lua")),
+            leave: queue_script!("scripts/leave.lua"),
+            status: queue_script!("scripts/status.lua"),
         }
     }
 }
@@ -69,8 +98,9 @@ pub struct RedisStore {
     subscriber: SubscriberClient,
     scripts: Scripts,
     key_prefix: String,
-    release_channel: String,
-    watchers: Arc<ReleaseWatchers>,
+    max_waiters_per_name: usize,
+    waiters: Arc<Waiters>,
+    subscriptions: Arc<Subscriptions>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -79,6 +109,10 @@ struct LeaseKeys {
     lease: String,
     owner: String,
     fence: String,
+    queue: String,
+    replicas: String,
+    /// The shard channel of the name's wake-ups: in the same slot, declared as a key.
+    wake: String,
 }
 
 impl RedisStore {
@@ -105,20 +139,33 @@ impl RedisStore {
             .map_err(url_error)?;
         let subscriber = builder.build_subscriber_client().map_err(url_error)?;
 
-        let release_channel = format!("{}released", options.key_prefix);
-        let watchers = Arc::new(ReleaseWatchers::new(options.max_waiters_per_name));
+        let waiters = Arc::new(Waiters::new());
+        let (changes, pending) = mpsc::unbounded_channel();
+        let subscriptions = Arc::new(Subscriptions {
+            key_prefix: options.key_prefix.clone(),
+            wanted: Mutex::new(HashMap::new()),
+            failing: Mutex::new(HashSet::new()),
+            changes,
+        });
         let background = vec![
+            tokio::spawn(keep_subscriptions(
+                subscriber.clone(),
+                subscriptions.clone(),
+                waiters.clone(),
+                pending,
+            )),
             tokio::spawn(resubscribe_on_connect(
                 subscriber.clone(),
-                release_channel.clone(),
-                watchers.clone(),
+                subscriptions.clone(),
+                waiters.clone(),
             )),
-            tokio::spawn(wake_waiters_on_release(
+            tokio::spawn(wake_waiters(
                 subscriber.clone(),
-                watchers.clone(),
+                subscriptions.clone(),
+                waiters.clone(),
             )),
         ];
-        // Both subscriptions above exist before the first connection, so none of its events is missed.
+        // The tasks above exist before the first connection, so none of its events is missed.
         drop(pool.connect_pool());
         drop(subscriber.connect());
 
@@ -127,10 +174,43 @@ impl RedisStore {
             subscriber,
             scripts: Scripts::new(),
             key_prefix: options.key_prefix.clone(),
-            release_channel,
-            watchers,
+            max_waiters_per_name: options.max_waiters_per_name,
+            waiters,
+            subscriptions,
             background,
         })
+    }
+
+    /// Refuses a Redis older than 7.0 (no sharded pub/sub), if Redis answers within `timeout`.
+    /// A Redis that does not answer yet is not an error here: the server starts unhealthy.
+    pub async fn check_version(&self, timeout: Duration) -> Result<(), StartupError> {
+        let client = self.pool.next();
+        let info = tokio::time::timeout(timeout, async {
+            client.wait_for_connect().await?;
+            client.info::<String>(Some(InfoKind::Server)).await
+        })
+        .await;
+        let info = match info {
+            Ok(Ok(info)) => info,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "cannot read the Redis version yet");
+                return Ok(());
+            }
+            Err(_) => {
+                tracing::warn!("Redis did not answer at startup; it must be 7.0 or newer");
+                return Ok(());
+            }
+        };
+        match redis_major_version(&info) {
+            Some(major) if major >= MIN_REDIS_MAJOR => Ok(()),
+            _ => Err(StartupError::RedisVersion(
+                info.lines()
+                    .find_map(|line| line.strip_prefix("redis_version:"))
+                    .unwrap_or("unknown")
+                    .trim()
+                    .to_owned(),
+            )),
+        }
     }
 
     fn keys(&self, name: &LeaseName) -> LeaseKeys {
@@ -138,6 +218,9 @@ impl RedisStore {
         LeaseKeys {
             owner: format!("{lease}:owner"),
             fence: format!("{lease}:fence"),
+            queue: format!("{lease}:queue"),
+            replicas: format!("{lease}:replicas"),
+            wake: format!("{lease}:wake"),
             lease,
         }
     }
@@ -165,6 +248,14 @@ impl RedisStore {
             Err(error) => Err(store_error(operation, name, error)),
         }
     }
+}
+
+/// The major version in an `INFO server` reply.
+fn redis_major_version(info: &str) -> Option<u32> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))?;
+    version.trim().split('.').next()?.parse().ok()
 }
 
 impl Drop for RedisStore {
@@ -196,36 +287,152 @@ fn check_url_scheme(url: &str) -> Result<(), StartupError> {
     )))
 }
 
-/// (Re)subscribes to the release channel on every connection of the subscriber, and wakes every
-/// waiter: releases published while the subscriber was away were missed.
-async fn resubscribe_on_connect(
-    subscriber: SubscriberClient,
-    channel: String,
-    watchers: Arc<ReleaseWatchers>,
-) {
-    let mut reconnects = subscriber.reconnect_rx();
-    while reconnects.recv().await.is_ok() {
-        match subscriber.subscribe(channel.as_str()).await {
-            Ok(()) => tracing::info!(%channel, "subscribed to lease releases"),
-            Err(error) => tracing::warn!(%channel, %error, "could not subscribe to lease releases"),
-        }
-        watchers.notify_all();
+/// The shard channels this replica wants: one per name with waiters here, counted by
+/// [`LeaseStore::listen`] and [`LeaseStore::unlisten`]. One task ([`keep_subscriptions`]) makes
+/// Redis match, one channel at a time, in the order of the changes.
+struct Subscriptions {
+    key_prefix: String,
+    wanted: Mutex<HashMap<String, usize>>,
+    /// Channels whose subscription failed and is being retried: wake-ups for them are lost, and
+    /// the store is unhealthy until they succeed.
+    failing: Mutex<HashSet<String>>,
+    changes: mpsc::UnboundedSender<String>,
+}
+
+impl Subscriptions {
+    fn wanted(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        self.wanted.lock().expect("subscriptions lock poisoned")
+    }
+
+    fn failing(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.failing.lock().expect("subscriptions lock poisoned")
+    }
+
+    fn channel(&self, name: &LeaseName) -> String {
+        format!("{}{{{}}}:wake", self.key_prefix, name)
+    }
+
+    /// The lease name of a wake-up channel.
+    fn name_of<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel
+            .strip_prefix(self.key_prefix.as_str())?
+            .strip_prefix('{')?
+            .strip_suffix("}:wake")
+    }
+
+    /// Asks [`keep_subscriptions`] to bring `channel` in line with what is wanted.
+    fn reconcile(&self, channel: String) {
+        // Fails only when the store is being dropped.
+        let _ = self.changes.send(channel);
     }
 }
 
-/// Wakes the local waiters of each lease named in a release message.
-async fn wake_waiters_on_release(subscriber: SubscriberClient, watchers: Arc<ReleaseWatchers>) {
+/// Subscribes to the channels of names with waiters here, and unsubscribes when the last waiter
+/// leaves. A failed subscription is retried until it succeeds or is no longer wanted; after each
+/// success the name's waiters re-read the queue, since a wake-up published before it was missed.
+async fn keep_subscriptions(
+    subscriber: SubscriberClient,
+    subscriptions: Arc<Subscriptions>,
+    waiters: Arc<Waiters>,
+    mut changes: mpsc::UnboundedReceiver<String>,
+) {
+    let mut subscribed = HashSet::new();
+    while let Some(channel) = changes.recv().await {
+        if channel.is_empty() {
+            // The subscriber reconnected: the server forgot every subscription.
+            subscribed.clear();
+            continue;
+        }
+        let wanted = subscriptions.wanted().contains_key(&channel);
+        if wanted && !subscribed.contains(&channel) {
+            match subscriber.ssubscribe(channel.as_str()).await {
+                Ok(()) => {
+                    subscriptions.failing().remove(&channel);
+                    if let Some(name) = subscriptions.name_of(&channel) {
+                        waiters.moved(name);
+                    }
+                    subscribed.insert(channel);
+                }
+                Err(error) => {
+                    if subscriptions.failing().insert(channel.clone()) {
+                        tracing::warn!(%channel, %error, "cannot subscribe to wake-ups; retrying");
+                    }
+                    retry_later(&subscriptions, channel);
+                }
+            }
+        } else if !wanted && subscribed.contains(&channel) {
+            subscriptions.failing().remove(&channel);
+            match subscriber.sunsubscribe(channel.as_str()).await {
+                Ok(()) => {
+                    subscribed.remove(&channel);
+                }
+                Err(error) => {
+                    tracing::debug!(%channel, %error, "cannot unsubscribe; retrying");
+                    retry_later(&subscriptions, channel);
+                }
+            }
+        } else if !wanted {
+            subscriptions.failing().remove(&channel);
+        }
+    }
+}
+
+fn retry_later(subscriptions: &Arc<Subscriptions>, channel: String) {
+    let subscriptions = Arc::downgrade(subscriptions);
+    tokio::spawn(async move {
+        tokio::time::sleep(RESUBSCRIBE_DELAY).await;
+        if let Some(subscriptions) = subscriptions.upgrade() {
+            subscriptions.reconcile(channel);
+        }
+    });
+}
+
+/// After every (re)connection of the subscriber: subscribe again to every wanted channel, and have
+/// every waiter re-read the queue, since wake-ups published while it was away were missed.
+async fn resubscribe_on_connect(
+    subscriber: SubscriberClient,
+    subscriptions: Arc<Subscriptions>,
+    waiters: Arc<Waiters>,
+) {
+    let mut reconnects = subscriber.reconnect_rx();
+    while reconnects.recv().await.is_ok() {
+        tracing::info!("connected to Redis for wake-ups");
+        subscriptions.reconcile(String::new());
+        let wanted: Vec<String> = subscriptions.wanted().keys().cloned().collect();
+        for channel in wanted {
+            subscriptions.reconcile(channel);
+        }
+        waiters.moved_everywhere();
+    }
+}
+
+/// Hands each wake-up to this replica's waiters: `w<entry>` wakes that entry, `m` has the name's
+/// waiters re-read their placements.
+async fn wake_waiters(
+    subscriber: SubscriberClient,
+    subscriptions: Arc<Subscriptions>,
+    waiters: Arc<Waiters>,
+) {
     use tokio::sync::broadcast::error::RecvError;
     let mut messages = subscriber.message_rx();
     loop {
         match messages.recv().await {
             Ok(message) => {
-                if let Some(name) = message.value.as_str() {
-                    watchers.notify(&name);
+                let Some(name) = subscriptions.name_of(&message.channel) else {
+                    continue;
+                };
+                match message.value.as_str().as_deref() {
+                    Some("m") => waiters.moved(name),
+                    Some(wake) => {
+                        if let Some(entry) = wake.strip_prefix('w') {
+                            waiters.wake(name, entry);
+                        }
+                    }
+                    None => {}
                 }
             }
-            // We fell behind and lost some names: wake everyone to re-check.
-            Err(RecvError::Lagged(_)) => watchers.notify_all(),
+            // We fell behind and lost some wake-ups: every name re-reads its queue.
+            Err(RecvError::Lagged(_)) => waiters.moved_everywhere(),
             Err(RecvError::Closed) => return,
         }
     }
@@ -238,6 +445,7 @@ impl LeaseStore for RedisStore {
         holder: &str,
         ttl: Duration,
         lease_id: &LeaseId,
+        entry: Option<&str>,
     ) -> Result<AcquireOutcome> {
         let keys = self.keys(name);
         let ttl_ms = ttl.as_millis() as u64;
@@ -247,24 +455,40 @@ impl LeaseStore for RedisStore {
                 "acquire",
                 name,
                 &self.scripts.acquire,
-                vec![keys.lease, keys.owner, keys.fence],
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.fence,
+                    keys.queue,
+                    keys.replicas,
+                    keys.wake,
+                ],
                 vec![
                     lease_id.expose().to_owned(),
                     holder.to_owned(),
                     ttl_ms.to_string(),
                     fence_ttl_ms.to_string(),
+                    entry.unwrap_or_default().to_owned(),
+                    self.waiters.replica().to_owned(),
+                    REPLICA_TTL.as_millis().to_string(),
+                    self.max_waiters_per_name.to_string(),
                 ],
             )
             .await?;
-        if reply.int(0)? == 1 {
-            Ok(AcquireOutcome::Granted(Grant {
+        match reply.int(0)? {
+            1 => Ok(AcquireOutcome::Granted(Grant {
                 lease_id: lease_id.clone(),
                 fencing_token: reply.token(1)?,
                 ttl_ms: reply.int(2)?,
                 expires_at_ms: reply.int(3)?,
-            }))
-        } else {
-            Ok(AcquireOutcome::Busy(reply.holder_info(1)?))
+            })),
+            2 => Ok(AcquireOutcome::QueueFull {
+                limit: self.max_waiters_per_name,
+            }),
+            _ => Ok(AcquireOutcome::Busy {
+                position: reply.position(1)?,
+                holder: reply.holder_if_held(2)?,
+            }),
         }
     }
 
@@ -305,12 +529,8 @@ impl LeaseStore for RedisStore {
                 "release",
                 name,
                 &self.scripts.release,
-                vec![keys.lease, keys.owner],
-                vec![
-                    lease_id.expose().to_owned(),
-                    self.release_channel.clone(),
-                    name.as_str().to_owned(),
-                ],
+                vec![keys.lease, keys.owner, keys.queue, keys.replicas, keys.wake],
+                vec![lease_id.expose().to_owned()],
             )
             .await?;
         Ok(reply.integer()? == 1)
@@ -327,9 +547,81 @@ impl LeaseStore for RedisStore {
                 vec![],
             )
             .await?;
-        match reply.int(0)? {
-            1 => Ok(Some(reply.holder_info(1)?)),
-            _ => Ok(None),
+        reply.holder_if_held(0)
+    }
+
+    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let keys = self.keys(name);
+        self.run(
+            "leave",
+            name,
+            &self.scripts.leave,
+            vec![keys.lease, keys.queue, keys.replicas, keys.wake],
+            entries.to_vec(),
+        )
+        .await?
+        .integer()?;
+        Ok(())
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
+        let keys = self.keys(name);
+        let mut args = Vec::with_capacity(entries.len() + 2);
+        args.push(self.waiters.replica().to_owned());
+        args.push(REPLICA_TTL.as_millis().to_string());
+        args.extend_from_slice(entries);
+        let reply = self
+            .run(
+                "status",
+                name,
+                &self.scripts.status,
+                vec![keys.lease, keys.owner, keys.queue, keys.replicas, keys.wake],
+                args,
+            )
+            .await?;
+        let positions = (0..entries.len())
+            .map(|index| reply.position(5 + index))
+            .collect::<Result<_>>()?;
+        Ok(QueueStatus {
+            holder: reply.holder_if_held(0)?,
+            positions,
+        })
+    }
+
+    fn listen(&self, name: &LeaseName) {
+        let channel = self.subscriptions.channel(name);
+        let first = {
+            let mut wanted = self.subscriptions.wanted();
+            let count = wanted.entry(channel.clone()).or_insert(0);
+            *count += 1;
+            *count == 1
+        };
+        if first {
+            self.subscriptions.reconcile(channel);
+        }
+    }
+
+    fn unlisten(&self, name: &LeaseName) {
+        let channel = self.subscriptions.channel(name);
+        let last = {
+            let mut wanted = self.subscriptions.wanted();
+            match wanted.get_mut(&channel) {
+                Some(count) if *count > 1 => {
+                    *count -= 1;
+                    false
+                }
+                Some(_) => {
+                    wanted.remove(&channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            self.subscriptions.reconcile(channel);
         }
     }
 
@@ -339,17 +631,21 @@ impl LeaseStore for RedisStore {
             .ping::<()>(None)
             .await
             .map_err(|e| Error::Unavailable(e.to_string()))?;
-        // Waiters depend on the release subscription: not healthy without it.
+        // Waiters depend on wake-ups: not healthy while they cannot be delivered.
         if !self.subscriber.is_connected() {
-            return Err(Error::Unavailable(
-                "release subscriber not connected".into(),
-            ));
+            return Err(Error::Unavailable("wake-up subscriber not connected".into()));
+        }
+        let failing = self.subscriptions.failing().len();
+        if failing > 0 {
+            return Err(Error::Unavailable(format!(
+                "cannot subscribe to the wake-ups of {failing} lease name(s)"
+            )));
         }
         Ok(())
     }
 
-    fn release_watchers(&self) -> &ReleaseWatchers {
-        &self.watchers
+    fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
     }
 }
 
@@ -442,18 +738,28 @@ impl Reply<'_> {
             .ok_or_else(|| self.broken(format!("field {index} = {field:?}")))
     }
 
-    /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`; the scripts send
-    /// -1, -1 for a key without expiry.
-    fn holder_info(&self, index: usize) -> Result<HolderInfo> {
-        let remaining_ms = self.int(index + 2)?;
-        let at_unix_ms = self.int(index + 3)?;
-        Ok(HolderInfo {
-            holder: self.string(index)?,
-            fencing_token: self.token(index + 1)?,
+    /// A queue position (0: not queued).
+    fn position(&self, index: usize) -> Result<u32> {
+        let position = self.int(index)?;
+        u32::try_from(position).map_err(|_| self.broken(format!("position {position}")))
+    }
+
+    /// Reads `held, holder, token, remaining_ms, expires_at_ms` starting at `index` (`held` 0:
+    /// nobody holds it, and the other fields may be missing); the scripts send -1, -1 for a key
+    /// without expiry.
+    fn holder_if_held(&self, index: usize) -> Result<Option<HolderInfo>> {
+        if self.int(index)? == 0 {
+            return Ok(None);
+        }
+        let remaining_ms = self.int(index + 3)?;
+        let at_unix_ms = self.int(index + 4)?;
+        Ok(Some(HolderInfo {
+            holder: self.string(index + 1)?,
+            fencing_token: self.token(index + 2)?,
             expiry: (remaining_ms >= 0 && at_unix_ms >= 0).then_some(Expiry {
                 remaining_ms,
                 at_unix_ms,
             }),
-        })
+        }))
     }
 }

@@ -1,0 +1,256 @@
+//! This replica's side of the wait queues: which of this replica's callers wait on which name,
+//! and the signals that reach them. The queue itself (its order, every replica's entries) lives in
+//! the store; see ARCHITECTURE.md, "Fair waiting".
+//!
+//! Each waiting caller holds a [`Ticket`]: its entry's id in the store's queue (`<replica>:<n>`),
+//! a wake-up ("you are first in line and the lease is free: try now") and its latest
+//! [`Placement`]. Each name with waiters here has one tending task (in
+//! [`waiting`](super::waiting)) that keeps the entries alive, reads the placements after every
+//! change, and removes the entries of callers that left.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use tokio::sync::{Notify, watch};
+
+use super::{HolderInfo, LeaseName};
+use crate::metrics::metrics;
+
+/// Where one waiting caller stands, as last read from the store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// 1 = next in line; 0 = not in the queue (it was purged or Redis lost it): join again.
+    pub position: u32,
+    /// Who holds the lease; `None` while it is free (being handed to the first in line).
+    pub holder: Option<HolderInfo>,
+}
+
+/// The callers of this replica waiting in the store's queues, by lease name.
+#[derive(Debug)]
+pub struct Waiters {
+    /// Prefix of this replica's queue entries: random, so that replicas never collide.
+    replica: String,
+    next_entry: AtomicU64,
+    by_name: Mutex<HashMap<String, NameWaiters>>,
+}
+
+/// This replica's waiters of one name.
+#[derive(Debug, Default)]
+struct NameWaiters {
+    by_entry: HashMap<String, Signals>,
+    /// Entries of callers that left without a grant: the tending task removes them from the store.
+    leaving: Vec<String>,
+    /// The placements changed in the store: the tending task reads them again.
+    moved: bool,
+    tend: Arc<Notify>,
+}
+
+#[derive(Debug)]
+struct Signals {
+    wake: Arc<Notify>,
+    placement: watch::Sender<Placement>,
+}
+
+/// What the tending task of a name has to do next.
+pub(super) struct Chores {
+    pub entries: Vec<String>,
+    pub leaving: Vec<String>,
+    pub moved: bool,
+}
+
+impl Waiters {
+    pub fn new() -> Self {
+        let mut bytes = [0u8; 4];
+        getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
+        Waiters {
+            replica: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+            next_entry: AtomicU64::new(1),
+            by_name: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This replica's id in queue entries and in the replicas' deadlines.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    fn by_name(&self) -> MutexGuard<'_, HashMap<String, NameWaiters>> {
+        self.by_name.lock().expect("waiters lock poisoned")
+    }
+
+    /// Registers a caller about to wait on `name`. The second value is the name's tending signal
+    /// when this is the first waiter of the name here: the caller must start its tending task.
+    pub(super) fn join(self: &Arc<Self>, name: &LeaseName) -> (Ticket, Option<Arc<Notify>>) {
+        let entry = format!(
+            "{}:{}",
+            self.replica,
+            self.next_entry.fetch_add(1, Ordering::Relaxed)
+        );
+        let wake = Arc::new(Notify::new());
+        let (placement, placement_rx) = watch::channel(Placement::default());
+        let mut by_name = self.by_name();
+        let mut new_name = None;
+        let waiters = by_name.entry(name.as_str().to_owned()).or_insert_with(|| {
+            let waiters = NameWaiters::default();
+            new_name = Some(waiters.tend.clone());
+            waiters
+        });
+        waiters.by_entry.insert(
+            entry.clone(),
+            Signals {
+                wake: wake.clone(),
+                placement,
+            },
+        );
+        metrics().waiters.inc();
+        let ticket = Ticket {
+            waiters: self.clone(),
+            name: name.clone(),
+            entry,
+            wake,
+            placement: placement_rx,
+            granted: false,
+        };
+        (ticket, new_name)
+    }
+
+    /// Wakes the caller holding `entry`, if it waits here: it is first in line and the lease is free.
+    pub fn wake(&self, name: &str, entry: &str) {
+        if let Some(signals) = self
+            .by_name()
+            .get(name)
+            .and_then(|waiters| waiters.by_entry.get(entry))
+        {
+            signals.wake.notify_one();
+        }
+    }
+
+    /// The queue of `name` changed (someone was granted or left): read the placements again.
+    pub fn moved(&self, name: &str) {
+        if let Some(waiters) = self.by_name().get_mut(name) {
+            waiters.moved = true;
+            waiters.tend.notify_one();
+        }
+    }
+
+    /// After wake-ups may have been missed (a reconnect, a lagging subscriber): every name reads
+    /// its placements again.
+    pub fn moved_everywhere(&self) {
+        for waiters in self.by_name().values_mut() {
+            waiters.moved = true;
+            waiters.tend.notify_one();
+        }
+    }
+
+    /// How many callers wait here, on every name.
+    pub fn count(&self) -> usize {
+        self.by_name().values().map(|w| w.by_entry.len()).sum()
+    }
+
+    /// Takes the tending task's work for `name`. `None` when nobody waits on it here any more and
+    /// nothing is left to do: the name is forgotten and the task ends.
+    pub(super) fn chores(&self, name: &str) -> Option<Chores> {
+        let mut by_name = self.by_name();
+        let waiters = by_name.get_mut(name)?;
+        if waiters.by_entry.is_empty() && waiters.leaving.is_empty() {
+            by_name.remove(name);
+            return None;
+        }
+        Some(Chores {
+            entries: waiters.by_entry.keys().cloned().collect(),
+            leaving: std::mem::take(&mut waiters.leaving),
+            moved: std::mem::take(&mut waiters.moved),
+        })
+    }
+
+    /// Entries whose removal failed go back on the list, to be retried at the next tending.
+    pub(super) fn retry_leaving(&self, name: &str, entries: Vec<String>) {
+        if let Some(waiters) = self.by_name().get_mut(name) {
+            waiters.leaving.extend(entries);
+        }
+    }
+
+    /// Delivers the placements read from the store to each waiter of `name`.
+    pub(super) fn place(&self, name: &str, placements: Vec<(String, Placement)>) {
+        let by_name = self.by_name();
+        let Some(waiters) = by_name.get(name) else {
+            return;
+        };
+        for (entry, placement) in placements {
+            if let Some(signals) = waiters.by_entry.get(&entry) {
+                signals.placement.send_if_modified(|current| {
+                    let changed = *current != placement;
+                    *current = placement;
+                    changed
+                });
+            }
+        }
+    }
+
+    fn leave(&self, name: &str, entry: &str, granted: bool) {
+        metrics().waiters.dec();
+        let mut by_name = self.by_name();
+        if let Some(waiters) = by_name.get_mut(name) {
+            waiters.by_entry.remove(entry);
+            if !granted {
+                waiters.leaving.push(entry.to_owned());
+            }
+            // The tending task removes the entry from the store, or forgets the name.
+            waiters.tend.notify_one();
+        }
+    }
+}
+
+impl Default for Waiters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One caller's place in a name's queue, on this replica. Dropping it without
+/// [`Ticket::granted`] removes the entry from the store's queue (in the background).
+#[derive(Debug)]
+pub struct Ticket {
+    waiters: Arc<Waiters>,
+    name: LeaseName,
+    entry: String,
+    wake: Arc<Notify>,
+    placement: watch::Receiver<Placement>,
+    granted: bool,
+}
+
+impl Ticket {
+    /// The entry's id in the store's queue.
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// Notified when this caller is first in line and the lease is free.
+    pub fn wake_signal(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Resolves with the new placement when the store reports a change.
+    pub async fn moved(&mut self) -> Placement {
+        // The sender lives in the registry as long as this ticket does.
+        let _ = self.placement.changed().await;
+        self.placement.borrow_and_update().clone()
+    }
+
+    /// The grant took this entry out of the queue: nothing to remove.
+    pub fn granted(mut self) {
+        self.granted = true;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.waiters
+            .leave(self.name.as_str(), &self.entry, self.granted);
+    }
+}

@@ -1,0 +1,54 @@
+-- status: one replica's heartbeat for its waiters of a name: renew its deadline, purge the entries
+-- of dead replicas, and read who holds the lease and where each of its entries stands.
+-- Prepended with queue.lua.
+--
+-- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp
+-- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
+-- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
+-- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- ARGV[1]  replica   ARGV[2] replica_ttl_ms   ARGV[3..] this replica's entries
+-- Reply    {held, holder, token, remaining_ms, expires_at_ms, position...}: held 0 (free) or 1,
+--          then one position per entry (1 = next in line, 0 = not in the queue: join again)
+local lease, queue, replicas, channel = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
+local now_ms = redis_now()
+
+local reply
+local current = redis.call('GET', lease)
+local free = not current
+if current then
+  local current_ms = tonumber(current)
+  if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
+    free = true -- the expired key of a crashed classic lock: acquire takes it over
+  else
+    local owner = redis.call('HMGET', KEYS[2], 'holder', 'token')
+    reply = holder_fields(lease, current, owner[1], owner[2], now_ms)
+  end
+end
+if free then
+  reply = {0, '', 0, 0, 0}
+end
+
+if redis.call('EXISTS', queue) == 0 then
+  -- Nothing queued (Redis lost the queue, or every entry here was purged): all join again.
+  redis.call('DEL', replicas)
+  for _ = 3, #ARGV do
+    table.insert(reply, 0)
+  end
+  return reply
+end
+
+keep_alive(queue, replicas, ARGV[1], now_ms, tonumber(ARGV[2]))
+if purge_dead_replicas(queue, replicas, now_ms) then
+  queue_moved(queue, replicas, channel, free)
+end
+for i = 3, #ARGV do
+  local rank = redis.call('ZRANK', queue, ARGV[i])
+  table.insert(reply, rank and rank + 1 or 0)
+end
+-- A first in line on another replica may have missed its wake-up: repeat it.
+local first = first_in_line(queue)
+if free and first and string.match(first, '^(.-):') ~= ARGV[1] then
+  redis.call('SPUBLISH', channel, 'w' .. first)
+end
+return reply
