@@ -1131,11 +1131,17 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
             .iter_mut()
             .map(|stream| async move { stream.responses.next().await }),
     );
-    let waiter_ends = futures::future::join_all(
-        waiters
-            .iter_mut()
-            .map(|stream| async move { stream.next().await }),
-    );
+    // A waiter may first see a last `waiting` (its position moved as others left); then its end.
+    let waiter_ends = futures::future::join_all(waiters.iter_mut().map(|stream| async move {
+        loop {
+            match stream.next().await {
+                Some(Ok(AcquireResponse {
+                    result: Some(acquire_response::Result::Waiting(_)),
+                })) => continue,
+                end => return end,
+            }
+        }
+    }));
     let (renew_ends, waiter_ends) =
         tokio::time::timeout(DRAIN_GRACE, async { tokio::join!(renew_ends, waiter_ends) })
             .await

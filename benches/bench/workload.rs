@@ -56,11 +56,11 @@ impl Worker for DirectCycle {
         let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
         match self
             .store
-            .try_acquire(&self.name, "bench", ttl, &lease_id)
+            .try_acquire(&self.name, "bench", ttl, &lease_id, None)
             .await?
         {
             AcquireOutcome::Granted(_) => {}
-            AcquireOutcome::Busy(_) => return Err(format!("{} is busy", self.name).into()),
+            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => return Err(format!("{} is busy", self.name).into()),
         }
         if !self.store.release(&self.name, &lease_id).await? {
             return Err(format!("{} was not released", self.name).into());
@@ -81,13 +81,13 @@ impl DirectRenew {
         let name = parse_name(name)?;
         let lease_id = LeaseId::generate();
         let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
-        match store.try_acquire(&name, "bench", ttl, &lease_id).await? {
+        match store.try_acquire(&name, "bench", ttl, &lease_id, None).await? {
             AcquireOutcome::Granted(_) => Ok(DirectRenew {
                 store,
                 name,
                 lease_id,
             }),
-            AcquireOutcome::Busy(_) => Err(format!("{name} is busy").into()),
+            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => Err(format!("{name} is busy").into()),
         }
     }
 }
