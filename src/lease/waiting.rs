@@ -450,7 +450,13 @@ mod tests {
         let _ = store.queue_status(&name(), &probe).await.unwrap();
         for n in 0..64 {
             let entry = format!("{}:{n}", store.waiters().replica());
-            if store.queue_status(&name(), &[entry]).await.unwrap().positions[0] > 0 {
+            if store
+                .queue_status(&name(), &[entry])
+                .await
+                .unwrap()
+                .positions[0]
+                > 0
+            {
                 count += 1;
             }
         }

@@ -201,16 +201,7 @@ impl RedisStore {
                 return Ok(());
             }
         };
-        match redis_major_version(&info) {
-            Some(major) if major >= MIN_REDIS_MAJOR => Ok(()),
-            _ => Err(StartupError::RedisVersion(
-                info.lines()
-                    .find_map(|line| line.strip_prefix("redis_version:"))
-                    .unwrap_or("unknown")
-                    .trim()
-                    .to_owned(),
-            )),
-        }
+        check_redis_version(&info)
     }
 
     fn keys(&self, name: &LeaseName) -> LeaseKeys {
@@ -250,12 +241,18 @@ impl RedisStore {
     }
 }
 
-/// The major version in an `INFO server` reply.
-fn redis_major_version(info: &str) -> Option<u32> {
+/// Refuses a Redis older than 7.0, from its `INFO server` reply.
+fn check_redis_version(info: &str) -> Result<(), StartupError> {
     let version = info
         .lines()
-        .find_map(|line| line.strip_prefix("redis_version:"))?;
-    version.trim().split('.').next()?.parse().ok()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(str::trim)
+        .unwrap_or("of unknown version");
+    let major: Option<u32> = version.split('.').next().and_then(|m| m.parse().ok());
+    match major {
+        Some(major) if major >= MIN_REDIS_MAJOR => Ok(()),
+        _ => Err(StartupError::RedisVersion(version.to_owned())),
+    }
 }
 
 impl Drop for RedisStore {
@@ -387,16 +384,28 @@ fn retry_later(subscriptions: &Arc<Subscriptions>, channel: String) {
     });
 }
 
-/// After every (re)connection of the subscriber: subscribe again to every wanted channel, and have
-/// every waiter re-read the queue, since wake-ups published while it was away were missed.
+/// After every (re)connection of the subscriber and every Redis Cluster topology change (a slot
+/// that moves ends the subscriptions of its channels on the server): subscribe again to every
+/// wanted channel, and have every waiter re-read the queue, since wake-ups published meanwhile
+/// were missed.
 async fn resubscribe_on_connect(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
     waiters: Arc<Waiters>,
 ) {
+    use tokio::sync::broadcast::error::RecvError;
     let mut reconnects = subscriber.reconnect_rx();
-    while reconnects.recv().await.is_ok() {
-        tracing::info!("connected to Redis for wake-ups");
+    let mut cluster_changes = subscriber.cluster_change_rx();
+    loop {
+        let event = tokio::select! {
+            event = reconnects.recv() => event.map(|server| format!("connected to {server}")),
+            event = cluster_changes.recv() => event.map(|_| "cluster topology changed".to_owned()),
+        };
+        match event {
+            Ok(event) => tracing::info!("{event}: subscribing to wake-ups again"),
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
         subscriptions.reconcile(String::new());
         let wanted: Vec<String> = subscriptions.wanted().keys().cloned().collect();
         for channel in wanted {
@@ -633,7 +642,9 @@ impl LeaseStore for RedisStore {
             .map_err(|e| Error::Unavailable(e.to_string()))?;
         // Waiters depend on wake-ups: not healthy while they cannot be delivered.
         if !self.subscriber.is_connected() {
-            return Err(Error::Unavailable("wake-up subscriber not connected".into()));
+            return Err(Error::Unavailable(
+                "wake-up subscriber not connected".into(),
+            ));
         }
         let failing = self.subscriptions.failing().len();
         if failing > 0 {
@@ -761,5 +772,55 @@ impl Reply<'_> {
                 at_unix_ms,
             }),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis 7 and newer (Valkey reports a 7.x `redis_version` too) are accepted; 6.x and an
+    /// unreadable reply are refused with a message that names the version and the fix.
+    #[test]
+    fn redis_older_than_7_is_refused_at_startup() {
+        let info = |version: &str| {
+            format!("# Server\r\nredis_version:{version}\r\nredis_mode:standalone\r\n")
+        };
+        assert!(check_redis_version(&info("7.0.15")).is_ok());
+        assert!(check_redis_version(&info("8.2.1")).is_ok());
+        let refused = check_redis_version(&info("6.2.14"))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("Redis 6.2.14 is too old"), "{refused}");
+        assert!(refused.contains("7.0 or newer"), "{refused}");
+        assert!(check_redis_version("# Server\r\n").is_err());
+    }
+
+    /// Only the six Redis schemes are accepted.
+    #[test]
+    fn unknown_url_schemes_are_refused() {
+        assert!(check_url_scheme("redis-cluster://127.0.0.1:7000").is_ok());
+        let refused = check_url_scheme("redis-clustr://127.0.0.1:7000")
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("\"redis-clustr\""), "{refused}");
+    }
+
+    /// The wake-up channel of a name maps back to the name, and nothing else does.
+    #[test]
+    fn wake_channels_name_their_lease() {
+        let (changes, _) = mpsc::unbounded_channel();
+        let subscriptions = Subscriptions {
+            key_prefix: "leased:".into(),
+            wanted: Mutex::default(),
+            failing: Mutex::default(),
+            changes,
+        };
+        let name = crate::lease::limits::parse_name("jobs/nightly").unwrap();
+        let channel = subscriptions.channel(&name);
+        assert_eq!(channel, "leased:{jobs/nightly}:wake");
+        assert_eq!(subscriptions.name_of(&channel), Some("jobs/nightly"));
+        assert_eq!(subscriptions.name_of("other:{jobs/nightly}:wake"), None);
+        assert_eq!(subscriptions.name_of("leased:{jobs/nightly}"), None);
     }
 }
