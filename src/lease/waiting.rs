@@ -33,15 +33,56 @@ pub const TEND_INTERVAL: Duration = Duration::from_millis(500);
 const LEAVE_BATCH: usize = 256;
 
 /// What the caller of [`acquire`] sees, in order: zero or more `Waiting`, then one terminal event.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum AcquireEvent {
     /// The caller waits in the queue. Sent when waiting starts and whenever its position or the
     /// holder changes.
     Waiting(Placement),
-    /// Terminal: the caller holds the lease.
-    Granted(Grant),
+    /// Terminal: the caller holds the lease, once it takes the grant out of the delivery.
+    Granted(GrantDelivery),
     /// Terminal: not granted (at once for a try-once call, or the wait ran out). `None`: the lease
     /// is free, but someone ahead in the queue gets it first.
+    NotGranted(Option<HolderInfo>),
+}
+
+/// A grant on its way to the caller. Dropped before [`GrantDelivery::deliver`] (the caller left
+/// while it sat in the stream's buffer), it releases the lease, so that the next in line gets it
+/// now rather than after a whole TTL.
+pub struct GrantDelivery {
+    grant: Grant,
+    release: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl GrantDelivery {
+    /// The grant, while it is still undelivered.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// Hands the grant over: from here on, the caller is responsible for the lease.
+    pub fn deliver(mut self) -> Grant {
+        self.release = None;
+        self.grant.clone()
+    }
+}
+
+impl Drop for GrantDelivery {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for GrantDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("GrantDelivery").field(&self.grant).finish()
+    }
+}
+
+/// How a wait ends.
+enum Terminal {
+    Granted(Grant),
     NotGranted(Option<HolderInfo>),
 }
 
@@ -57,14 +98,25 @@ pub fn acquire<S: LeaseStore>(
         let lease_id = LeaseId::generate();
         let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
         match outcome {
-            Ok(Some(AcquireEvent::Granted(grant))) => {
-                if events.send(Ok(AcquireEvent::Granted(grant))).await.is_err() {
-                    tracing::info!(name = %request.name, "caller left before the grant arrived; releasing");
-                    release_quietly(&*store, &request.name, &lease_id).await;
-                }
+            Ok(Some(Terminal::Granted(grant))) => {
+                let delivery = GrantDelivery {
+                    grant,
+                    release: Some(Box::new({
+                        let store = store.clone();
+                        let name = request.name.clone();
+                        move || {
+                            tracing::info!(%name, "caller left before the grant reached it; releasing");
+                            tokio::spawn(async move {
+                                release_quietly(&*store, &name, &lease_id).await
+                            });
+                        }
+                    })),
+                };
+                // If the caller left, the unsent delivery drops here and releases the lease.
+                let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
             }
-            Ok(Some(event)) => {
-                let _ = events.send(Ok(event)).await;
+            Ok(Some(Terminal::NotGranted(holder))) => {
+                let _ = events.send(Ok(AcquireEvent::NotGranted(holder))).await;
             }
             Ok(None) => {} // the caller left or the server stops; nothing to say
             Err(error) => {
@@ -89,7 +141,7 @@ async fn wait_for_grant<S: LeaseStore>(
     lease_id: &LeaseId,
     events: &mpsc::Sender<Result<AcquireEvent>>,
     shutdown: &Shutdown,
-) -> Result<Option<AcquireEvent>> {
+) -> Result<Option<Terminal>> {
     let deadline = Instant::now() + request.wait;
     // A caller that may wait takes a ticket before its first attempt, so that the attempt queues
     // it if the lease is busy, and every wake-up after it reaches this caller.
@@ -108,7 +160,7 @@ async fn wait_for_grant<S: LeaseStore>(
                 if let Some(ticket) = ticket.take() {
                     ticket.granted();
                 }
-                return Ok(Some(AcquireEvent::Granted(grant)));
+                return Ok(Some(Terminal::Granted(grant)));
             }
             AcquireOutcome::QueueFull { limit } => {
                 return Err(Error::ResourceExhausted(format!(
@@ -118,14 +170,14 @@ async fn wait_for_grant<S: LeaseStore>(
             AcquireOutcome::Busy { holder, position } => Placement { position, holder },
         };
         let Some(ticket) = ticket.as_mut() else {
-            return Ok(Some(AcquireEvent::NotGranted(placement.holder)));
+            return Ok(Some(Terminal::NotGranted(placement.holder)));
         };
         let wake = ticket.wake_signal();
         // Wait in line until there is a reason to try again.
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Ok(Some(AcquireEvent::NotGranted(placement.holder)));
+                return Ok(Some(Terminal::NotGranted(placement.holder)));
             }
             let shown = (
                 placement.position,
@@ -296,6 +348,14 @@ mod tests {
         }
     }
 
+    /// The next event, which must be `Granted`: the grant, delivered.
+    async fn next_grant(events: &mut mpsc::Receiver<Result<AcquireEvent>>) -> Grant {
+        match events.recv().await.unwrap().unwrap() {
+            AcquireEvent::Granted(delivery) => delivery.deliver(),
+            other => panic!("expected Granted, got {other:?}"),
+        }
+    }
+
     /// A waiter is told `Waiting` (first in line) first, then granted the moment the holder
     /// releases: not at the holder's expiry.
     #[tokio::test(start_paused = true)]
@@ -312,7 +372,7 @@ mod tests {
         let released_at = Instant::now();
         assert!(store.release(&name(), &holder_id).await.unwrap());
         match events.recv().await.unwrap().unwrap() {
-            AcquireEvent::Granted(grant) => assert!(grant.fencing_token > holder_token),
+            AcquireEvent::Granted(grant) => assert!(grant.deliver().fencing_token > holder_token),
             other => panic!("expected Granted, got {other:?}"),
         }
         assert_eq!(Instant::now(), released_at);
@@ -335,7 +395,7 @@ mod tests {
         for served in 0..3 {
             assert!(store.release(&name(), &holder_id).await.unwrap());
             let grant = match waiters[served].recv().await.unwrap().unwrap() {
-                AcquireEvent::Granted(grant) => grant,
+                AcquireEvent::Granted(grant) => grant.deliver(),
                 other => panic!("waiter {served}: expected Granted, got {other:?}"),
             };
             holder_id = grant.lease_id;
@@ -375,10 +435,7 @@ mod tests {
                 position: 0
             }
         );
-        assert!(matches!(
-            waiter.recv().await.unwrap().unwrap(),
-            AcquireEvent::Granted(_)
-        ));
+        next_grant(&mut waiter).await;
     }
 
     /// With nobody releasing, the first in line wakes just after the holder's expiry (by
@@ -391,10 +448,7 @@ mod tests {
         hold(&store, 1_000).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
         next_waiting(&mut events).await;
-        assert!(matches!(
-            events.recv().await.unwrap().unwrap(),
-            AcquireEvent::Granted(_)
-        ));
+        next_grant(&mut events).await;
         let granted_at = Instant::now();
         assert!(granted_at >= expiry, "granted before the expiry");
         assert!(granted_at <= expiry + EXPIRY_SLACK + Duration::from_millis(1));
@@ -428,10 +482,7 @@ mod tests {
         let store = MemoryStore::new(16);
         let start = Instant::now();
         let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
-        assert!(matches!(
-            events.recv().await.unwrap().unwrap(),
-            AcquireEvent::Granted(_)
-        ));
+        next_grant(&mut events).await;
         let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
         assert!(matches!(
             events.recv().await.unwrap().unwrap(),
@@ -493,6 +544,38 @@ mod tests {
         ));
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(store.describe(&name()).await.unwrap(), None);
+    }
+
+    /// A grant that reached the stream's buffer but was never taken out (the caller's cancel
+    /// arrived first) is released when the stream is dropped, and the next in line gets it.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_left_in_the_stream_buffer_is_released_to_the_next() {
+        let store = MemoryStore::new(16);
+        let (holder_id, _) = hold(&store, 60_000).await;
+        let mut first = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        next_waiting(&mut first).await;
+        let mut second = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        next_waiting(&mut second).await;
+        assert!(store.release(&name(), &holder_id).await.unwrap());
+        // Let the first waiter's grant land in its buffer, then leave without reading it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        drop(first);
+        let start = Instant::now();
+        loop {
+            match second.recv().await.unwrap().unwrap() {
+                AcquireEvent::Waiting(_) => continue,
+                AcquireEvent::Granted(delivery) => {
+                    delivery.deliver();
+                    break;
+                }
+                other => panic!("expected Granted, got {other:?}"),
+            }
+        }
+        assert_eq!(
+            Instant::now(),
+            start,
+            "handed on at once, not after the TTL"
+        );
     }
 
     /// The queue is bounded: past `max_waiters_per_name`, a waiter is refused with

@@ -52,7 +52,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 
 fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
     let result = match event {
-        AcquireEvent::Granted(grant) => {
+        AcquireEvent::Granted(delivery) => {
+            // Taken out of the stream's buffer: tonic sends it now. A caller that leaves from
+            // here on must release it itself (the proto says so).
+            let grant = delivery.deliver();
             metrics().grants.inc();
             tracing::info!(rpc = "Acquire", %name, fencing_token = grant.fencing_token, ttl_ms = grant.ttl_ms, "granted");
             acquire_response::Result::Granted(Granted {
