@@ -166,6 +166,66 @@ async fn tokens_increase_after_flushall() {
     }
 }
 
+/// Waiters never hang when Redis loses the queue: after FLUSHALL (the lease and the queue gone),
+/// each waiter notices within its replica's next queue read, joins again, and is granted in turn
+/// with a larger token; a later waiter is never granted while the lease is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_join_again_after_the_queue_is_flushed() {
+    let redis = RedisServer::start();
+    let replica_a = Leased::start(Some(redis.url())).await;
+    let replica_b = Leased::start(Some(redis.url())).await;
+    let mut holder = replica_a.client().await;
+    let held = must_acquire(&mut holder, "flushed-queue", 60_000).await;
+    let mut clients = [replica_a.client().await, replica_b.client().await];
+    let mut streams = Vec::new();
+    for (client, who) in clients.iter_mut().zip(["a", "b"]) {
+        streams.push(start_waiting(client, "flushed-queue", who, 30_000).await.0);
+    }
+
+    let flushed_at = Instant::now();
+    assert_eq!(redis.command(&["FLUSHALL"]), "+OK");
+    // One of them gets the now free lease soon; the other keeps waiting behind it.
+    let [stream_a, stream_b] = &mut streams[..] else {
+        unreachable!()
+    };
+    let (first, granted) = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::select! {
+            granted = granted_after_waiting(stream_a) => (0, granted),
+            granted = granted_after_waiting(stream_b) => (1, granted),
+        }
+    })
+    .await
+    .expect("no waiter was granted within 5 s of FLUSHALL");
+    println!(
+        "waiter {first} granted {:?} after FLUSHALL",
+        flushed_at.elapsed()
+    );
+    assert!(granted.fencing_token > held.fencing_token);
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(release(&mut clients[first], &granted).await);
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        granted_after_waiting(&mut streams[1 - first]),
+    )
+    .await
+    .expect("the second waiter hangs after FLUSHALL");
+    assert!(second.fencing_token > granted.fencing_token);
+}
+
+/// Reads an Acquire stream past its `waiting` messages to the grant.
+async fn granted_after_waiting(
+    stream: &mut tonic::Streaming<leased::proto::AcquireResponse>,
+) -> leased::proto::Granted {
+    loop {
+        match next_result(stream).await {
+            acquire_response::Result::Waiting(_) => continue,
+            acquire_response::Result::Granted(granted) => return granted,
+            other => panic!("expected granted, got {other:?}"),
+        }
+    }
+}
+
 /// Tokens keep increasing across a Redis restart without persistence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_after_redis_restart() {
