@@ -542,7 +542,16 @@ impl LeaseStore for RedisStore {
                 vec![lease_id.expose().to_owned()],
             )
             .await?;
-        Ok(reply.integer()? == 1)
+        if reply.int(0)? == 0 {
+            return Ok(false);
+        }
+        // The wake-up is on its way through pub/sub too; if the first in line waits on this
+        // replica, the reply reaches it sooner.
+        let first = reply.string(1)?;
+        if !first.is_empty() {
+            self.waiters.wake(name.as_str(), &first);
+        }
+        Ok(true)
     }
 
     async fn describe(&self, name: &LeaseName) -> Result<Option<HolderInfo>> {

@@ -14,6 +14,8 @@ pub use harness::{
     redis::RedisServer,
     sentinel, wait_until,
 };
+use std::time::Duration;
+
 use leased::proto::{
     AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, Granted, ReleaseRequest,
     RenewRequest, RenewResponse, Waiting, acquire_response,
@@ -70,6 +72,139 @@ pub async fn start_waiting(
         acquire_response::Result::Waiting(waiting) => (stream, waiting),
         other => panic!("expected waiting first, got {other:?}"),
     }
+}
+
+/// [`start_waiting`] that answers the status instead of panicking: a refusal such as
+/// RESOURCE_EXHAUSTED may come as the call's status or as the stream's first item. Panics if the
+/// first message is not `waiting`.
+pub async fn try_start_waiting(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    holder: &str,
+    wait_ms: i64,
+) -> Result<(tonic::Streaming<AcquireResponse>, Waiting), tonic::Status> {
+    let mut stream = client
+        .acquire(AcquireRequest {
+            name: name.into(),
+            holder: holder.into(),
+            ttl_ms: 30_000,
+            wait_ms,
+        })
+        .await?
+        .into_inner();
+    let first = stream.next().await.expect("Acquire stream ended at once")?;
+    match first.result.expect("AcquireResponse without a result") {
+        acquire_response::Result::Waiting(waiting) => Ok((stream, waiting)),
+        other => panic!("expected waiting first, got {other:?}"),
+    }
+}
+
+/// A try-once Acquire (`wait_ms` 0, TTL 30 s): its one terminal message.
+pub async fn try_once(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    holder: &str,
+) -> acquire_response::Result {
+    let messages = acquire_all(client, name, holder, 30_000, 0)
+        .await
+        .expect("Acquire failed");
+    match <[_; 1]>::try_from(messages) {
+        Ok([terminal]) => terminal,
+        Err(messages) => panic!("a try-once Acquire answers one message, got {messages:?}"),
+    }
+}
+
+/// The next message of an Acquire stream within `timeout`; panics if none comes in time, or the
+/// stream ends or fails.
+pub async fn next_result_within(
+    stream: &mut tonic::Streaming<AcquireResponse>,
+    timeout: Duration,
+) -> acquire_response::Result {
+    tokio::time::timeout(timeout, next_result(stream))
+        .await
+        .unwrap_or_else(|_| panic!("no Acquire message within {timeout:?}"))
+}
+
+/// Reads `waiting` messages until one says `position` (1 = next in line) and returns it. Panics
+/// on a terminal message, or if none says `position` within `timeout`.
+pub async fn wait_for_position(
+    stream: &mut tonic::Streaming<AcquireResponse>,
+    position: u32,
+    timeout: Duration,
+) -> Waiting {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        let Ok(message) = tokio::time::timeout_at(deadline, next_result(stream)).await else {
+            panic!("no waiting with position {position} within {timeout:?}; saw {seen:?}");
+        };
+        match message {
+            acquire_response::Result::Waiting(waiting) if waiting.position == position => {
+                return waiting;
+            }
+            acquire_response::Result::Waiting(waiting) => seen.push(waiting),
+            terminal => {
+                panic!("expected waiting with position {position}, got {terminal:?} after {seen:?}")
+            }
+        }
+    }
+}
+
+/// Reads an Acquire stream up to its terminal message (within `timeout`): the `waiting` messages
+/// before it, and the terminal message. Panics on timeout.
+pub async fn read_to_terminal(
+    stream: &mut tonic::Streaming<AcquireResponse>,
+    timeout: Duration,
+) -> (Vec<Waiting>, acquire_response::Result) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut waitings = Vec::new();
+    loop {
+        let Ok(message) = tokio::time::timeout_at(deadline, next_result(stream)).await else {
+            panic!("no terminal Acquire message within {timeout:?}; saw {waitings:?}");
+        };
+        match message {
+            acquire_response::Result::Waiting(waiting) => waitings.push(waiting),
+            terminal => return (waitings, terminal),
+        }
+    }
+}
+
+/// Reads an Acquire stream for `duration`, which must bring only `waiting` messages (the caller
+/// still waits): those messages. Panics on a terminal message or the end of the stream.
+pub async fn still_waiting_for(
+    stream: &mut tonic::Streaming<AcquireResponse>,
+    duration: Duration,
+) -> Vec<Waiting> {
+    let deadline = tokio::time::Instant::now() + duration;
+    let mut waitings = Vec::new();
+    while let Ok(message) = tokio::time::timeout_at(deadline, next_result(stream)).await {
+        match message {
+            acquire_response::Result::Waiting(waiting) => waitings.push(waiting),
+            terminal => panic!("expected to still wait, got {terminal:?} after {waitings:?}"),
+        }
+    }
+    waitings
+}
+
+/// The `calls=` count of `command` in `INFO commandstats` of the Redis server on `port` (0 when
+/// the command has no line: it was not called since the last `CONFIG RESETSTAT`).
+pub fn command_calls(port: u16, command: &str) -> u64 {
+    let info = harness::redis::query(port, &["INFO", "commandstats"])
+        .unwrap_or_else(|error| panic!("INFO commandstats on port {port} failed: {error}"));
+    let prefix = format!("cmdstat_{command}:");
+    let Some(stats) = info
+        .as_str()
+        .expect("INFO answers a bulk string")
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+    else {
+        return 0;
+    };
+    stats
+        .split(',')
+        .find_map(|field| field.strip_prefix("calls="))
+        .and_then(|calls| calls.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no calls= in {prefix}{stats}"))
 }
 
 /// The next message of an Acquire stream, which must be there and be a success.

@@ -74,6 +74,11 @@ impl RedisCluster {
         cluster
     }
 
+    /// The nodes' ports, for commands to one node (`CLUSTER SLOTS`, `INFO commandstats`).
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|node| node.port).collect()
+    }
+
     /// The `redis-cluster://` URL naming every node.
     pub fn url(&self) -> String {
         let mut url = format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port);

@@ -1,0 +1,652 @@
+//! Fair FIFO waiting: the callers waiting for a busy lease form one queue per name, across every
+//! `leased` replica on the same Redis, and are granted in the order their wait began.
+//!
+//! What the tests show, through real gRPC clients over TCP:
+//! - arrival order: waiters alternating between two replicas are granted in the order they
+//!   arrived; each hears its place (`Waiting.position`, 1 = next in line) when it starts waiting
+//!   and again as the ones ahead of it are granted or leave;
+//! - no barging: while anyone waits, a try-once Acquire answers not_granted, even in the moment
+//!   the lease is handed from a releasing holder to the first waiter, and a newcomer queues last;
+//! - leaving: a cancelled waiter or one whose `wait_ms` runs out leaves the queue, and a replica
+//!   killed with SIGKILL stops holding up the queue within 3 s;
+//! - expiry: when the holder neither renews nor releases, the first waiter is granted right after
+//!   the expiry;
+//! - Redis traffic: a release nobody waits for publishes nothing; a release with a waiter uses
+//!   sharded pub/sub (SPUBLISH), never classic PUBLISH;
+//! - `--max-waiters-per-name` bounds the whole queue of a name across replicas;
+//! - the queue's keys (`leased:{name}:queue`, `leased:{name}:replicas`) are gone once nobody
+//!   waits.
+//!
+//! Scenarios that make sense on both stores run twice (`memory::NAME`, `redis::NAME`); on the
+//! embedded store the "two replicas" are one server. Timing bounds are wide: the test machine
+//! has two noisy cores.
+
+mod common;
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use common::*;
+use leased::{
+    config::ServeConfig,
+    proto::{Granted, NotGranted, acquire_response, lease_service_client::LeaseServiceClient},
+};
+use tonic::{Code, transport::Channel};
+
+type Client = LeaseServiceClient<Channel>;
+
+/// How long something that should happen at once may take on a loaded machine.
+const SOON: Duration = Duration::from_secs(5);
+
+/// How long a caller must be seen still waiting to count as "not granted".
+const A_WHILE: Duration = Duration::from_millis(300);
+
+/// The servers of one scenario: two `leased` replicas on one redis-server, or one server on the
+/// embedded store.
+struct Replicas {
+    servers: Vec<Leased>,
+    _redis: Option<RedisServer>,
+}
+
+impl Replicas {
+    async fn memory() -> Self {
+        Replicas {
+            servers: vec![Leased::start(None).await],
+            _redis: None,
+        }
+    }
+
+    async fn redis() -> Self {
+        let redis = RedisServer::start();
+        Replicas {
+            servers: vec![
+                Leased::start(Some(redis.url())).await,
+                Leased::start(Some(redis.url())).await,
+            ],
+            _redis: Some(redis),
+        }
+    }
+
+    /// A new client of replica `index` (modulo the number of replicas): consecutive indexes
+    /// alternate between the replicas on Redis.
+    async fn client(&self, index: usize) -> Client {
+        self.servers[index % self.servers.len()].client().await
+    }
+}
+
+/// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`.
+macro_rules! on_both_stores {
+    ($($scenario:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(&super::Replicas::memory().await).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(&super::Replicas::redis().await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    six_waiters_on_two_replicas_are_granted_in_arrival_order_with_positions,
+    no_barging_while_anyone_waits,
+    cancelled_waiter_leaves_the_queue,
+    timed_out_waiter_leaves_the_queue,
+    expiry_hands_over_to_the_first_waiter,
+);
+
+/// The terminal message must be `granted`: the grant.
+fn expect_granted(terminal: acquire_response::Result, who: &str) -> Granted {
+    match terminal {
+        acquire_response::Result::Granted(granted) => granted,
+        other => panic!("{who}: expected granted, got {other:?}"),
+    }
+}
+
+/// The terminal message must be `not_granted`: its holder fields.
+fn expect_not_granted(terminal: acquire_response::Result, who: &str) -> NotGranted {
+    match terminal {
+        acquire_response::Result::NotGranted(not_granted) => not_granted,
+        other => panic!("{who}: expected not_granted, got {other:?}"),
+    }
+}
+
+/// A not_granted seen while the lease is handed to `heir`: either nobody holds it for the moment
+/// (holder "", token 0, remaining_ms 0) or `heir` already does.
+fn assert_free_or_held_by(not_granted: &NotGranted, heir: &str) {
+    let momentarily_free = not_granted.holder.is_empty()
+        && not_granted.fencing_token == 0
+        && not_granted.remaining_ms == 0;
+    let held_by_heir = not_granted.holder == heir && not_granted.fencing_token > 0;
+    assert!(
+        momentarily_free || held_by_heir,
+        "expected the lease free for a moment or held by {heir}: {not_granted:?}"
+    );
+}
+
+/// Who holds `name` now, per Describe ("" when nobody does).
+async fn holder_of(client: &mut Client, name: &str) -> String {
+    let described = describe(client, name).await;
+    if described.held {
+        described.holder
+    } else {
+        String::new()
+    }
+}
+
+/// A holder holds the name while 6 waiters start waiting 120 ms apart, alternating between the
+/// two replicas: each one's first `waiting` says its place, 1 to 6. Then the holder releases and
+/// each waiter, once granted, holds 50 ms and releases. The grants come in arrival order with
+/// increasing tokens, and each waiter's position only ever drops, to 1 before its grant.
+async fn six_waiters_on_two_replicas_are_granted_in_arrival_order_with_positions(
+    replicas: &Replicas,
+) {
+    const NAME: &str = "fifo/six";
+    const WAITERS: usize = 6;
+    let mut holder_client = replicas.client(0).await;
+    let held = must_acquire(&mut holder_client, NAME, 30_000).await;
+
+    let mut waiters = Vec::new();
+    for index in 0..WAITERS {
+        if index > 0 {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+        }
+        let mut client = replicas.client(index).await;
+        let (stream, first) =
+            start_waiting(&mut client, NAME, &format!("waiter-{index}"), 30_000).await;
+        assert_eq!(
+            first.position,
+            index as u32 + 1,
+            "waiter {index}'s first waiting: {first:?}"
+        );
+        assert_eq!(first.holder, "test", "waiter {index}: {first:?}");
+        assert_eq!(first.fencing_token, held.fencing_token, "waiter {index}");
+        waiters.push((client, stream, first));
+    }
+
+    // Each waiter in its own task: read to the grant, note it, hold 50 ms, release.
+    let grants: Arc<Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let tasks: Vec<_> = waiters
+        .into_iter()
+        .enumerate()
+        .map(|(index, (mut client, mut stream, first))| {
+            let grants = grants.clone();
+            tokio::spawn(async move {
+                let (waitings, terminal) =
+                    read_to_terminal(&mut stream, Duration::from_secs(30)).await;
+                let granted = expect_granted(terminal, &format!("waiter {index}"));
+                grants.lock().unwrap().push((index, granted.fencing_token));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                assert!(
+                    release(&mut client, &granted).await,
+                    "waiter {index} lost the lease it was granted"
+                );
+                let mut positions = vec![first.position];
+                positions.extend(waitings.iter().map(|waiting| waiting.position));
+                positions
+            })
+        })
+        .collect();
+    assert!(release(&mut holder_client, &held).await);
+
+    for (index, task) in tasks.into_iter().enumerate() {
+        let positions = task.await.expect("a waiter's task panicked");
+        println!("waiter {index} saw positions {positions:?}");
+        assert!(
+            positions.windows(2).all(|pair| pair[1] <= pair[0]),
+            "waiter {index}: a position rose: {positions:?}"
+        );
+        assert_eq!(
+            positions.last(),
+            Some(&1),
+            "waiter {index}: the last waiting before the grant says next in line: {positions:?}"
+        );
+    }
+    let grants = grants.lock().unwrap();
+    let order: Vec<usize> = grants.iter().map(|grant| grant.0).collect();
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "grants in arrival order"
+    );
+    assert!(grants[0].1 > held.fencing_token, "{grants:?}");
+    assert!(
+        grants.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "tokens increase in grant order: {grants:?}"
+    );
+}
+
+/// With a waiter queued, try-once Acquires on either replica answer not_granted naming the
+/// holder. Right after the holder releases, 20 try-once Acquires never get the lease: they see
+/// it free for a moment (holder "", token 0) or held by the first waiter. A waiter arriving after
+/// the release queues behind the earlier ones and is granted last.
+async fn no_barging_while_anyone_waits(replicas: &Replicas) {
+    const NAME: &str = "fifo/no-barging";
+    let mut holder_client = replicas.client(0).await;
+    let mut w1_client = replicas.client(1).await;
+    let mut w2_client = replicas.client(0).await;
+    let mut late_client = replicas.client(1).await;
+    let mut bargers = [replicas.client(0).await, replicas.client(1).await];
+
+    let held = must_acquire(&mut holder_client, NAME, 30_000).await;
+    let (mut w1, first) = start_waiting(&mut w1_client, NAME, "w1", 30_000).await;
+    assert_eq!(first.position, 1, "{first:?}");
+    for (replica, barger) in bargers.iter_mut().enumerate() {
+        let not_granted = expect_not_granted(
+            try_once(barger, NAME, "barger").await,
+            &format!("try-once on replica {replica} while w1 waits"),
+        );
+        assert_eq!(not_granted.holder, "test");
+        assert_eq!(not_granted.fencing_token, held.fencing_token);
+    }
+    let (mut w2, first) = start_waiting(&mut w2_client, NAME, "w2", 30_000).await;
+    assert_eq!(first.position, 2, "{first:?}");
+
+    // The release hands the lease to w1; nobody may take it in between.
+    assert!(release(&mut holder_client, &held).await);
+    for attempt in 0..20 {
+        let not_granted = expect_not_granted(
+            try_once(&mut bargers[attempt % 2], NAME, "barger").await,
+            &format!("try-once {attempt} right after the release (barging past w1)"),
+        );
+        assert_free_or_held_by(&not_granted, "w1");
+    }
+    // w1 may have been granted by now (then w2 is first): the newcomer is 2nd or 3rd, never 1st.
+    let (mut late, first) = start_waiting(&mut late_client, NAME, "late", 30_000).await;
+    assert!(
+        (2..=3).contains(&first.position),
+        "a newcomer queues behind w2: {first:?}"
+    );
+
+    let g1 = expect_granted(read_to_terminal(&mut w1, SOON).await.1, "w1");
+    assert!(g1.fencing_token > held.fencing_token);
+    let not_granted = expect_not_granted(
+        try_once(&mut bargers[0], NAME, "barger").await,
+        "try-once while w1 holds",
+    );
+    assert_eq!(not_granted.holder, "w1");
+    if first.position != 2 {
+        wait_for_position(&mut late, 2, SOON).await;
+    }
+    still_waiting_for(&mut w2, A_WHILE).await;
+    still_waiting_for(&mut late, A_WHILE).await;
+
+    assert!(release(&mut w1_client, &g1).await);
+    let g2 = expect_granted(read_to_terminal(&mut w2, SOON).await.1, "w2");
+    assert!(g2.fencing_token > g1.fencing_token);
+    still_waiting_for(&mut late, A_WHILE).await;
+    assert!(release(&mut w2_client, &g2).await);
+    let g3 = expect_granted(read_to_terminal(&mut late, SOON).await.1, "late");
+    assert!(g3.fencing_token > g2.fencing_token);
+    assert_eq!(holder_of(&mut bargers[0], NAME).await, "late");
+}
+
+/// Three waiters (on alternating replicas); the 2nd cancels its call. The 3rd hears that it moved
+/// up to position 2; on release the 1st is granted, then the 3rd; the cancelled one never holds
+/// the lease.
+async fn cancelled_waiter_leaves_the_queue(replicas: &Replicas) {
+    const NAME: &str = "fifo/cancelled";
+    let mut holder_client = replicas.client(0).await;
+    let held = must_acquire(&mut holder_client, NAME, 30_000).await;
+    let mut w1_client = replicas.client(1).await;
+    let mut w2_client = replicas.client(0).await;
+    let mut w3_client = replicas.client(1).await;
+    let (mut w1, first) = start_waiting(&mut w1_client, NAME, "w1", 30_000).await;
+    assert_eq!(first.position, 1, "{first:?}");
+    let (w2, first) = start_waiting(&mut w2_client, NAME, "w2", 30_000).await;
+    assert_eq!(first.position, 2, "{first:?}");
+    let (mut w3, first) = start_waiting(&mut w3_client, NAME, "w3", 30_000).await;
+    assert_eq!(first.position, 3, "{first:?}");
+
+    let cancelled_at = Instant::now();
+    drop(w2);
+    wait_for_position(&mut w3, 2, SOON).await;
+    println!(
+        "w3 heard it moved up {:?} after w2 cancelled",
+        cancelled_at.elapsed()
+    );
+    still_waiting_for(&mut w1, A_WHILE).await;
+
+    assert!(release(&mut holder_client, &held).await);
+    let g1 = expect_granted(read_to_terminal(&mut w1, SOON).await.1, "w1");
+    assert_eq!(holder_of(&mut holder_client, NAME).await, "w1");
+    wait_for_position(&mut w3, 1, SOON).await;
+    still_waiting_for(&mut w3, A_WHILE).await;
+
+    assert!(release(&mut w1_client, &g1).await);
+    let g3 = expect_granted(read_to_terminal(&mut w3, SOON).await.1, "w3");
+    assert!(g3.fencing_token > g1.fencing_token);
+    assert_eq!(holder_of(&mut holder_client, NAME).await, "w3");
+    assert!(release(&mut w3_client, &g3).await);
+    tokio::time::sleep(A_WHILE).await;
+    assert_eq!(
+        holder_of(&mut holder_client, NAME).await,
+        "",
+        "the cancelled w2 was granted"
+    );
+}
+
+/// Three waiters; the 2nd waits only 600 ms. It ends in not_granted (not before its wait_ms) and
+/// leaves the queue: the 3rd moves up to position 2, and on release the 1st then the 3rd are
+/// granted.
+async fn timed_out_waiter_leaves_the_queue(replicas: &Replicas) {
+    const NAME: &str = "fifo/timed-out";
+    let mut holder_client = replicas.client(0).await;
+    let held = must_acquire(&mut holder_client, NAME, 30_000).await;
+    let mut w1_client = replicas.client(1).await;
+    let mut w2_client = replicas.client(0).await;
+    let mut w3_client = replicas.client(1).await;
+    let (mut w1, _) = start_waiting(&mut w1_client, NAME, "w1", 30_000).await;
+    let w2_started = Instant::now();
+    let (mut w2, first) = start_waiting(&mut w2_client, NAME, "w2", 600).await;
+    assert_eq!(first.position, 2, "{first:?}");
+    let (mut w3, first) = start_waiting(&mut w3_client, NAME, "w3", 30_000).await;
+    assert_eq!(first.position, 3, "{first:?}");
+
+    let not_granted = expect_not_granted(read_to_terminal(&mut w2, SOON).await.1, "w2");
+    let waited = w2_started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(550),
+        "w2 gave up early: {waited:?}"
+    );
+    assert_eq!(not_granted.holder, "test");
+    wait_for_position(&mut w3, 2, SOON).await;
+    println!(
+        "w3 moved up {:?} after w2's wait began",
+        w2_started.elapsed()
+    );
+
+    assert!(release(&mut holder_client, &held).await);
+    let g1 = expect_granted(read_to_terminal(&mut w1, SOON).await.1, "w1");
+    still_waiting_for(&mut w3, A_WHILE).await;
+    assert!(release(&mut w1_client, &g1).await);
+    let g3 = expect_granted(read_to_terminal(&mut w3, SOON).await.1, "w3");
+    assert!(g3.fencing_token > g1.fencing_token);
+    assert!(release(&mut w3_client, &g3).await);
+}
+
+/// Unix milliseconds of a protobuf timestamp.
+fn unix_ms(timestamp: &prost_types::Timestamp) -> i64 {
+    timestamp.seconds * 1_000 + i64::from(timestamp.nanos) / 1_000_000
+}
+
+/// A holder takes a 500 ms lease and never renews; two waiters queue (on different replicas).
+/// The first is granted right after the expiry (measured against `expires_at`, on the same host
+/// clock; bound 500 ms, typically ~10 ms), the second hears it is next and keeps waiting.
+async fn expiry_hands_over_to_the_first_waiter(replicas: &Replicas) {
+    const NAME: &str = "fifo/expiry";
+    let mut holder_client = replicas.client(0).await;
+    let held = must_acquire(&mut holder_client, NAME, 500).await;
+    let expires_ms = unix_ms(
+        held.expires_at
+            .as_ref()
+            .expect("granted without expires_at"),
+    );
+    let mut w1_client = replicas.client(1).await;
+    let mut w2_client = replicas.client(0).await;
+    let (mut w1, first) = start_waiting(&mut w1_client, NAME, "w1", 10_000).await;
+    assert_eq!(first.position, 1, "{first:?}");
+    let (mut w2, first) = start_waiting(&mut w2_client, NAME, "w2", 10_000).await;
+    assert_eq!(first.position, 2, "{first:?}");
+
+    let g1 = expect_granted(read_to_terminal(&mut w1, SOON).await.1, "w1");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let delay_ms = now_ms - expires_ms;
+    println!("w1 granted {delay_ms} ms after the holder's expiry");
+    assert!(g1.fencing_token > held.fencing_token);
+    assert!(
+        delay_ms >= -20,
+        "granted {}ms before the holder's expiry",
+        -delay_ms
+    );
+    assert!(delay_ms < 500, "granted {delay_ms} ms after the expiry");
+
+    wait_for_position(&mut w2, 1, SOON).await;
+    still_waiting_for(&mut w2, A_WHILE).await;
+    assert_eq!(holder_of(&mut holder_client, NAME).await, "w1");
+}
+
+/// The keys of the Redis server on `port` that match `pattern`.
+fn keys(port: u16, pattern: &str) -> Vec<String> {
+    match common::harness::redis::query(port, &["KEYS", pattern]) {
+        Ok(common::harness::redis::Resp::Array(Some(keys))) => keys
+            .iter()
+            .map(|key| key.as_str().expect("a key name").to_owned())
+            .collect(),
+        other => panic!("KEYS {pattern}: {other:?}"),
+    }
+}
+
+/// Waits (up to 5 s) until no `*:queue` or `*:replicas` key is left on the Redis server on `port`.
+async fn wait_for_no_queue_keys(port: u16) {
+    let start = Instant::now();
+    loop {
+        let left: Vec<String> = [keys(port, "*:queue"), keys(port, "*:replicas")].concat();
+        if left.is_empty() {
+            println!(
+                "queue keys gone {:?} after the last waiter",
+                start.elapsed()
+            );
+            return;
+        }
+        assert!(
+            start.elapsed() < SOON,
+            "queue keys left after every waiter is gone: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Replica A is a child process, B runs in this process. W1 waits through A, W2 through B
+/// (position 2). A is killed with SIGKILL and the holder releases: W2 is granted within 3 s of the
+/// kill (A's queue entry is purged once its heartbeat deadline passes), and the queue's keys go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_replica_waiter_is_skipped_within_3s() {
+    const NAME: &str = "fifo/killed-replica";
+    let redis = RedisServer::start();
+    let mut replica_a = LeasedProcess::serve().redis(&redis.url()).start().await;
+    let replica_b = Leased::start(Some(redis.url())).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+    let mut holder_client = replica_b.client().await;
+
+    let held = must_acquire(&mut holder_client, NAME, 30_000).await;
+    let (w1, first) = start_waiting(&mut client_a, NAME, "w1-on-a", 30_000).await;
+    assert_eq!(first.position, 1, "{first:?}");
+    let (mut w2, first) = start_waiting(&mut client_b, NAME, "w2-on-b", 30_000).await;
+    assert_eq!(first.position, 2, "{first:?}");
+
+    replica_a.kill();
+    let killed_at = Instant::now();
+    drop(w1);
+    assert!(release(&mut holder_client, &held).await);
+
+    let (waitings, terminal) = read_to_terminal(&mut w2, Duration::from_secs(10)).await;
+    let waited = killed_at.elapsed();
+    let granted = expect_granted(terminal, "w2");
+    println!(
+        "w2 granted {waited:?} after replica A's SIGKILL (waiting messages meanwhile: {waitings:?})"
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "the dead replica's waiter held up the queue for {waited:?}"
+    );
+    assert!(granted.fencing_token > held.fencing_token);
+    assert_eq!(holder_of(&mut holder_client, NAME).await, "w2-on-b");
+    assert!(release(&mut client_b, &granted).await);
+    wait_for_no_queue_keys(redis.port).await;
+}
+
+/// After `CONFIG RESETSTAT`, 50 grant+release cycles that nobody waits for leave no PUBLISH and
+/// no SPUBLISH in `INFO commandstats`. Then one release with a waiter on the other replica: it is
+/// woken through SPUBLISH, and classic PUBLISH is still never called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_nobody_waits_for_publishes_nothing() {
+    const NAME: &str = "fifo/quiet";
+    let redis = RedisServer::start();
+    let replica_a = Leased::start(Some(redis.url())).await;
+    let replica_b = Leased::start(Some(redis.url())).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+
+    assert_eq!(redis.command(&["CONFIG", "RESETSTAT"]), "+OK");
+    for _ in 0..50 {
+        let granted = must_acquire(&mut client_a, NAME, 30_000).await;
+        assert!(release(&mut client_a, &granted).await);
+    }
+    let scripts: u64 = ["evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"]
+        .iter()
+        .map(|command| command_calls(redis.port, command))
+        .sum();
+    assert!(
+        scripts >= 100,
+        "commandstats did not count the 100 scripts: {scripts}"
+    );
+    let publish = command_calls(redis.port, "publish");
+    let spublish = command_calls(redis.port, "spublish");
+    println!("50 releases without waiters: publish {publish}, spublish {spublish}");
+    assert_eq!(
+        (publish, spublish),
+        (0, 0),
+        "releases nobody waited for published (publish, spublish)"
+    );
+
+    let held = must_acquire(&mut client_a, NAME, 30_000).await;
+    let (mut waiter, _) = start_waiting(&mut client_b, NAME, "waiter", 30_000).await;
+    assert!(release(&mut client_a, &held).await);
+    let granted = expect_granted(read_to_terminal(&mut waiter, SOON).await.1, "waiter");
+    assert!(release(&mut client_b, &granted).await);
+    let publish = command_calls(redis.port, "publish");
+    let spublish = command_calls(redis.port, "spublish");
+    println!("after a release with a waiter: publish {publish}, spublish {spublish}");
+    assert!(spublish > 0, "the waiter was not woken through SPUBLISH");
+    assert_eq!(publish, 0, "classic PUBLISH was used");
+}
+
+/// `--max-waiters-per-name` 3 on two replicas: three waiters split over them fill the name's
+/// queue, and a fourth on either replica gets RESOURCE_EXHAUSTED; a try-once Acquire still
+/// answers not_granted. When a waiter leaves, a waiter on the other replica gets its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_bounded_across_replicas() {
+    const NAME: &str = "fifo/bounded";
+    let redis = RedisServer::start();
+    let config = || ServeConfig {
+        max_waiters_per_name: 3,
+        ..test_config(Some(redis.url()))
+    };
+    let replica_a = Leased::start_with(config()).await;
+    let replica_b = Leased::start_with(config()).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+
+    let held = must_acquire(&mut client_a, NAME, 30_000).await;
+    let (mut w1, first) = start_waiting(&mut client_a, NAME, "w1", 30_000).await;
+    assert_eq!(first.position, 1, "{first:?}");
+    let (w2, first) = start_waiting(&mut client_b, NAME, "w2", 30_000).await;
+    assert_eq!(first.position, 2, "{first:?}");
+    let (_w3, first) = start_waiting(&mut client_a, NAME, "w3", 30_000).await;
+    assert_eq!(first.position, 3, "{first:?}");
+
+    for (replica, client) in [("A", &mut client_a), ("B", &mut client_b)] {
+        match try_start_waiting(client, NAME, "fourth", 30_000).await {
+            Err(status) => assert_eq!(
+                status.code(),
+                Code::ResourceExhausted,
+                "a 4th waiter on replica {replica}: {status:?}"
+            ),
+            Ok((_, waiting)) => panic!(
+                "a 4th waiter on replica {replica} was queued past the limit of 3: {waiting:?}"
+            ),
+        }
+        let not_granted = expect_not_granted(
+            try_once(client, NAME, "try-once").await,
+            &format!("try-once on replica {replica} with a full queue"),
+        );
+        assert_eq!(not_granted.holder, "test");
+        assert_eq!(not_granted.fencing_token, held.fencing_token);
+    }
+
+    // w2 (on B) leaves; a waiter on A gets its slot, last in line.
+    drop(w2);
+    let start = Instant::now();
+    let (_replacement, first) = loop {
+        match try_start_waiting(&mut client_a, NAME, "replacement", 30_000).await {
+            Ok(waiting) => break waiting,
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(start.elapsed() < SOON, "w2's slot never freed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(first.position, 3, "{first:?}");
+
+    assert!(release(&mut client_a, &held).await);
+    expect_granted(read_to_terminal(&mut w1, SOON).await.1, "w1");
+}
+
+/// While three waiters (on two replicas) wait, the name's queue is `leased:{name}:queue` (a zset
+/// of `<replica-id>:<n>`, one per waiter) and `leased:{name}:replicas` (a hash of the two replicas
+/// with their deadlines). One waiter times out, one is cancelled, one is granted: then neither
+/// key is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_queue_leaves_no_key() {
+    const NAME: &str = "fifo/keys";
+    let queue_key = format!("leased:{{{NAME}}}:queue");
+    let replicas_key = format!("leased:{{{NAME}}}:replicas");
+    let redis = RedisServer::start();
+    let replica_a = Leased::start(Some(redis.url())).await;
+    let replica_b = Leased::start(Some(redis.url())).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+
+    let held = must_acquire(&mut client_a, NAME, 30_000).await;
+    let (mut granted_later, _) = start_waiting(&mut client_a, NAME, "granted", 30_000).await;
+    let (cancelled, _) = start_waiting(&mut client_b, NAME, "cancelled", 30_000).await;
+    let (mut timed_out, _) = start_waiting(&mut client_a, NAME, "timed-out", 800).await;
+
+    assert_eq!(keys(redis.port, "*:queue"), [queue_key.as_str()]);
+    assert_eq!(keys(redis.port, "*:replicas"), [replicas_key.as_str()]);
+    assert_eq!(redis.command(&["ZCARD", &queue_key]), ":3");
+    let members = redis.command(&["ZRANGE", &queue_key, "0", "-1"]);
+    let replica_ids = redis.command(&["HKEYS", &replicas_key]);
+    let replica_ids: Vec<&str> = replica_ids.lines().collect();
+    assert_eq!(
+        replica_ids.len(),
+        2,
+        "two replicas have waiters: {replica_ids:?}"
+    );
+    for member in members.lines() {
+        let (replica, _) = member
+            .rsplit_once(':')
+            .unwrap_or_else(|| panic!("queue member {member:?} is not <replica-id>:<n>"));
+        assert!(
+            replica_ids.contains(&replica),
+            "queue member {member:?} of a replica missing from {replicas_key}: {replica_ids:?}"
+        );
+    }
+
+    expect_not_granted(read_to_terminal(&mut timed_out, SOON).await.1, "timed-out");
+    drop(cancelled);
+    assert!(release(&mut client_a, &held).await);
+    let granted = expect_granted(
+        read_to_terminal(&mut granted_later, SOON).await.1,
+        "granted",
+    );
+    assert!(release(&mut client_a, &granted).await);
+    wait_for_no_queue_keys(redis.port).await;
+}
