@@ -1,6 +1,7 @@
 //! Reliability under faults: clients contend for a few names through several real `leased`
 //! processes on one Redis while the test injects faults, and the checker (`reliability/checker.rs`)
-//! proves from the record that no lease was double-granted and no token went backwards.
+//! proves from the record that no lease was double-granted, no token went backwards, and (away
+//! from faults) no waiter was overtaken by a caller that asked after it was queued.
 //!
 //! CI runs a bounded schedule of every fault once. The long runs are `#[ignore]`d:
 //!
@@ -643,6 +644,20 @@ fn assert_report(report: &Report, gc_pauses: usize, min_gc_pauses: usize) {
     println!("GC pauses completed: {gc_pauses}");
     assert!(report.grants >= 50, "too few grants to prove anything");
     assert!(
+        report.fifo_pairs_checked > 0,
+        "no waiter's place in line was checked: the FIFO check proves nothing"
+    );
+    assert_eq!(
+        report.overtakes,
+        0,
+        "waiters were overtaken, first: {}",
+        report
+            .violations
+            .iter()
+            .find(|violation| violation.contains("overtake"))
+            .map_or("", String::as_str)
+    );
+    assert!(
         gc_pauses >= min_gc_pauses,
         "the GC-pause scenario never completed"
     );
@@ -771,4 +786,121 @@ fn checker_flags_seeded_violations() {
     let report = lost_data.verify();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.overlaps_in_data_loss_windows, 1);
+}
+
+/// FIFO: a waiter overtaken by a later caller (granted with a smaller token, or before the
+/// waiter's wait ran out), a wait cut short and a position 0 are flagged; the same overtake inside
+/// a fault window is not, and a GC pause does not hide one.
+#[test]
+fn checker_flags_seeded_overtakes() {
+    use checker::{Event, FaultRecord, WaitOutcome};
+    let ms = Duration::from_millis;
+    let workload = Workload {
+        clients: 0,
+        names: 2,
+        gc_pauses: false,
+        ..ci_workload()
+    };
+    let granted = |lease, client, name, token, sent, received| Event::Granted {
+        lease,
+        client,
+        replica: client % 2,
+        name,
+        token,
+        ttl: ms(500),
+        sent: ms(sent),
+        received: ms(received),
+    };
+    let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
+    // Client `client` sent an Acquire waiting `wait` ms at `sent`, was first told `waiting` at
+    // `queued` with `position`, and the call ended at `ended` with `outcome`.
+    let waited = |client, name, (sent, wait), (queued, position), ended, outcome| Event::Waited {
+        client,
+        replica: client % 2,
+        name,
+        sent: ms(sent),
+        wait: ms(wait),
+        queued: ms(queued),
+        position,
+        ended: ms(ended),
+        outcome,
+    };
+
+    // Z asked before X was queued and may go first; Y asked after and comes after X.
+    let clean = Checker::new(workload.clone(), "fifo-clean");
+    for event in [
+        granted(0, 3, 0, 99, 5, 250),
+        released(0, 290),
+        waited(1, 0, (0, 1000), (10, 1), 300, WaitOutcome::Granted(100)),
+        granted(1, 1, 0, 100, 0, 300),
+        released(1, 390),
+        granted(2, 2, 0, 101, 20, 400),
+        released(2, 500),
+    ] {
+        clean.record(event);
+    }
+    let report = clean.verify();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!((report.waiters, report.fifo_pairs_checked), (1, 1));
+
+    let broken = Checker::new(workload, "fifo-broken");
+    // A GC pause over everything: it must not hide an overtake.
+    broken.record_fault(FaultRecord {
+        kind: "gc_pause",
+        start: ms(0),
+        end: ms(5_000),
+        data_loss: false,
+    });
+    broken.record_fault(FaultRecord {
+        kind: "net_cut",
+        start: ms(2_000),
+        end: ms(2_100),
+        data_loss: false,
+    });
+    for event in [
+        // Name 0: Y1 asked after X1 was queued and got a smaller token: an overtake.
+        granted(0, 2, 0, 100, 20, 300),
+        released(0, 390),
+        waited(1, 0, (0, 1000), (10, 1), 400, WaitOutcome::Granted(101)),
+        granted(1, 1, 0, 101, 0, 400),
+        // Name 1: Y2 was granted while X2 could still wait (until 500): an overtake. Y3 was
+        // granted after X2's wait ran out: fine.
+        waited(3, 1, (0, 500), (10, 2), 505, WaitOutcome::NotGranted),
+        granted(2, 4, 1, 200, 50, 100),
+        released(2, 200),
+        granted(3, 5, 1, 201, 60, 520),
+        // Name 1: X3 reported position 0 and was answered not_granted 800 ms early.
+        waited(6, 1, (1000, 1000), (1010, 0), 1200, WaitOutcome::NotGranted),
+        // Name 0: the same overtake as X1's, but inside a fault window: not checked.
+        granted(4, 8, 0, 299, 1950, 2050),
+        released(4, 2400),
+        waited(
+            7,
+            0,
+            (1900, 1000),
+            (1910, 1),
+            2500,
+            WaitOutcome::Granted(300),
+        ),
+        granted(5, 7, 0, 300, 1900, 2500),
+    ] {
+        broken.record(event);
+    }
+    let report = broken.verify();
+    let found = |what: &str| {
+        report
+            .violations
+            .iter()
+            .filter(|violation| violation.contains(what))
+            .count()
+    };
+    assert_eq!(report.overtakes, 2, "{:#?}", report.violations);
+    assert_eq!(found("overtake"), 2, "{:#?}", report.violations);
+    assert_eq!(report.waits_cut_short, 1, "{:#?}", report.violations);
+    assert_eq!(found("before its wait"), 1, "{:#?}", report.violations);
+    assert_eq!(found("reported position 0"), 1, "{:#?}", report.violations);
+    assert_eq!(report.violations.len(), 4, "{:#?}", report.violations);
+    assert_eq!(report.waiters, 4);
+    assert_eq!(report.waiters_unchecked, 1);
+    assert_eq!(report.fifo_pairs_checked, 3);
 }

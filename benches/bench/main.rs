@@ -9,10 +9,13 @@
 //! - [`measure`]: closed-loop workers, latency quantiles, result rows.
 //! - [`workload`]: the store's scripts called directly, and cycles and renewals over gRPC.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
+//! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
+//!   waiter costs in Redis.
 //! - [`scale`]: 100,000 held leases.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 
 mod etcd;
+mod fair;
 mod handoff;
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
@@ -183,6 +186,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
     scenario!("grpc_renew", grpc_renew(&run));
     scenario!("handoff", handoff(&run));
+    scenario!("fair_contention", fair_contention(&run));
     scenario!("redis_benchmark_setnx", redis_benchmark_setnx(&run));
     scenario!("redis_py_lock", redis_py_lock(&run));
     scenario!("etcd_lock", etcd_lock(&run));
@@ -357,6 +361,34 @@ async fn handoff(run: &Run) -> BenchResult<Vec<Row>> {
     Ok(rows)
 }
 
+/// `fair_contention@N` and `fair_queue_memory@W`, on the bench's server and a second replica
+/// started on the same Redis with the same binary.
+async fn fair_contention(run: &Run) -> BenchResult<Vec<Row>> {
+    let extra_args = [
+        "--redis-pool-size".to_owned(),
+        run.args.redis_pool_size.to_string(),
+    ];
+    let second = procs::start_leased(
+        "2",
+        Some(&run.redis.url()),
+        &extra_args,
+        &run.args.server_log,
+    )
+    .await?;
+    let second_channels = procs::connections(&second, run.channels.len()).await?;
+    let replicas = [
+        fair::Replica {
+            channels: &run.channels,
+        },
+        fair::Replica {
+            channels: &second_channels,
+        },
+    ];
+    let mut rows = fair::contention(&replicas, &run.redis, run.budget).await?;
+    rows.extend(fair::queue_memory(&replicas, &run.redis).await?);
+    Ok(rows)
+}
+
 async fn redis_benchmark_setnx(run: &Run) -> BenchResult<Vec<Row>> {
     let port = run.redis.port;
     let scale = match run.args.quick {
@@ -495,6 +527,33 @@ fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
             met: quantile.map(|ms| ms <= goal),
         });
     }
+    let fair = find(rows, "fair_contention@16");
+    let fairness = fair.and_then(|row| row.extra.get("fairness_min_max")?.as_f64());
+    targets.push(Target {
+        name: "fair_contention@16 grants per caller min/max ≥ 0.8",
+        measured: fairness,
+        text: fairness.map_or("not measured".into(), |ratio| {
+            let count = |key| fair.and_then(|row| row.extra.get(key)?.as_u64());
+            let (min, max) = (
+                count("grants_per_caller_min"),
+                count("grants_per_caller_max"),
+            );
+            format!(
+                "{ratio:.2} ({} / {} grants)",
+                min.unwrap_or_default(),
+                max.unwrap_or_default()
+            )
+        }),
+        met: fairness.map(|ratio| ratio >= 0.8),
+    });
+    let queued = find(rows, "fair_queue_memory@1000");
+    let per_waiter = queued.and_then(|row| row.extra.get("redis_bytes_per_waiter")?.as_f64());
+    targets.push(Target {
+        name: "≤ 200 B of Redis memory per queued waiter (1,000 on one name)",
+        measured: per_waiter,
+        text: per_waiter.map_or("not measured".into(), |bytes| format!("{bytes:.0} B")),
+        met: per_waiter.map(|bytes| bytes <= 200.0),
+    });
     let held = find(rows, "held_scale");
     let held_count = held.and_then(|row| row.extra.get("held")?.as_u64());
     let scaled = match run.args.quick {

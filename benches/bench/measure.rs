@@ -22,6 +22,13 @@ pub struct Budget {
 /// One worker of a closed loop: it owns its connection or stream and does one operation per call.
 pub trait Worker: Send + 'static {
     fn op(&mut self) -> impl Future<Output = BenchResult<()>> + Send;
+
+    /// The latency to record for the operation just done, given how long the whole call took:
+    /// the whole call by default; a worker that times one part of its operation (the wait for a
+    /// grant inside a cycle) answers that part.
+    fn latency(&self, whole: Duration) -> Duration {
+        whole
+    }
 }
 
 /// What a measurement saw: the latency of every measured operation, the time they took, and
@@ -31,6 +38,8 @@ pub struct Samples {
     pub latencies: Vec<Duration>,
     pub elapsed: Duration,
     pub cpu: Vec<(String, Duration)>,
+    /// Measured operations of each worker, in the order [`closed_loop`] gives the workers back.
+    pub per_worker: Vec<usize>,
 }
 
 /// The processes whose CPU time closed loops measure: `(label, pid)`.
@@ -163,7 +172,7 @@ pub async fn closed_loop<W: Worker>(
                 worker.op().await?;
                 let done = Instant::now();
                 if op_started >= measure_from {
-                    latencies.push(done - op_started);
+                    latencies.push(worker.latency(done - op_started));
                     last_done = done;
                 }
             }
@@ -176,6 +185,7 @@ pub async fn closed_loop<W: Worker>(
     while let Some(joined) = tasks.join_next().await {
         let (worker, latencies, done) = joined??;
         workers.push(worker);
+        samples.per_worker.push(latencies.len());
         samples.latencies.extend(latencies);
         last_done = last_done.max(done);
     }
@@ -202,6 +212,7 @@ impl SharedSamples {
             latencies: std::mem::take(&mut *self.0.lock().expect("samples lock")),
             elapsed,
             cpu: Vec::new(),
+            per_worker: Vec::new(),
         }
     }
 }

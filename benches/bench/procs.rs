@@ -48,8 +48,9 @@ pub fn start_redis() -> BenchResult<Metered<RedisServer>> {
 }
 
 /// `leased serve` as a child process (on Redis when `redis_url` is set), logging to
-/// `target/bench/leased-<label>.log`, its CPU time metered as `leased` on Redis and as
-/// `leased-<label>` otherwise.
+/// `target/bench/leased-<label>.log`, its CPU time metered as `leased` for the main server (on
+/// Redis, label `redis`) and as `leased-<label>` for any other (the embedded store, a second
+/// replica on the same Redis).
 pub async fn start_leased(
     label: &str,
     redis_url: Option<&str>,
@@ -72,9 +73,9 @@ pub async fn start_leased(
         server.pid(),
         server.address
     );
-    let cpu_label = match redis_url {
-        Some(_) => "leased".to_owned(),
-        None => format!("leased-{label}"),
+    let cpu_label = match (redis_url, label) {
+        (Some(_), "redis") => "leased".to_owned(),
+        _ => format!("leased-{label}"),
     };
     Ok(Metered::new(&cpu_label, server.pid(), server))
 }

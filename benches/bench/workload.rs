@@ -60,7 +60,9 @@ impl Worker for DirectCycle {
             .await?
         {
             AcquireOutcome::Granted(_) => {}
-            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => return Err(format!("{} is busy", self.name).into()),
+            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => {
+                return Err(format!("{} is busy", self.name).into());
+            }
         }
         if !self.store.release(&self.name, &lease_id).await? {
             return Err(format!("{} was not released", self.name).into());
@@ -81,13 +83,18 @@ impl DirectRenew {
         let name = parse_name(name)?;
         let lease_id = LeaseId::generate();
         let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
-        match store.try_acquire(&name, "bench", ttl, &lease_id, None).await? {
+        match store
+            .try_acquire(&name, "bench", ttl, &lease_id, None)
+            .await?
+        {
             AcquireOutcome::Granted(_) => Ok(DirectRenew {
                 store,
                 name,
                 lease_id,
             }),
-            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => Err(format!("{name} is busy").into()),
+            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => {
+                Err(format!("{name} is busy").into())
+            }
         }
     }
 }

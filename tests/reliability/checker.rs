@@ -11,11 +11,21 @@
 //! - **Fencing.** The resource accepts a write only with a token at least as high as every token
 //!   it accepted before; a holder's write within its own interval is never rejected; a stale
 //!   holder's write after another holder wrote is always rejected.
+//! - **FIFO waiting.** A waiter X is in its name's queue once its first `waiting` has arrived. A
+//!   caller Y of the same name whose Acquire was *sent* after that must not be granted before X:
+//!   if X was granted, Y's token is larger than X's (tokens order the grants at Redis, with no
+//!   clock involved); if X was answered `not_granted`, Y was not granted before X's wait could
+//!   have run out (X's send time plus its `wait_ms`, a lower bound of the server's deadline). A
+//!   waiter answered `not_granted` before that bound had its wait cut short. The first `waiting`
+//!   must report a position (1 = next in line). Waiters whose call failed are not checked.
 //!
 //! Faults that lose Redis data (a restart without persistence, a failover to a replica that
 //! missed writes) suspend mutual exclusion for up to one TTL: overlaps that begin inside such a
 //! window (from the data loss until the longest TTL after it) are reported apart and allowed.
-//! Tokens and fencing are checked everywhere, with no exception.
+//! Tokens and fencing are checked everywhere, with no exception. Every fault but the GC pause
+//! (a client misbehaving, not the system) may legitimately reorder a queue (a killed replica, a
+//! cut link, lost data): FIFO is checked only for calls that touch no fault window, each
+//! extended by the longest TTL.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -131,6 +141,32 @@ pub enum Event {
         rpc: &'static str,
         code: Code,
     },
+    /// An Acquire that was answered `waiting` (it stood in the name's queue), recorded when the
+    /// call ended. A granted one also has its [`Event::Granted`].
+    Waited {
+        client: usize,
+        replica: usize,
+        name: usize,
+        /// When the Acquire was sent, and the `wait_ms` it asked for.
+        sent: Duration,
+        wait: Duration,
+        /// When its first `waiting` arrived, and the position that message reported.
+        queued: Duration,
+        position: u32,
+        /// When the call ended (its terminal message or failure), and how.
+        ended: Duration,
+        outcome: WaitOutcome,
+    },
+}
+
+/// How a waiting Acquire ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// Granted, with this fencing token.
+    Granted(u64),
+    NotGranted,
+    /// The call failed or the client gave up on it.
+    Failed,
 }
 
 /// A fault the test injected, on the checker's clock.
@@ -372,6 +408,8 @@ async fn acquire(
         wait_ms: wait.as_millis() as i64,
     });
     request.set_timeout(wait + Duration::from_secs(5));
+    // The first `waiting`: when it arrived, and the position it reported.
+    let mut queued: Option<(Duration, u32)> = None;
     let call = async {
         let mut stream = client.grpc().acquire(request).await?.into_inner();
         while let Some(message) = stream.next().await {
@@ -380,7 +418,10 @@ async fn acquire(
                     return Ok(Some((granted, checker.now())));
                 }
                 Some(acquire_response::Result::NotGranted(_)) => return Ok(None),
-                _ => {}
+                Some(acquire_response::Result::Waiting(waiting)) => {
+                    queued.get_or_insert((checker.now(), waiting.position));
+                }
+                None => {}
             }
         }
         Err(Status::unknown(
@@ -390,6 +431,26 @@ async fn acquire(
     let outcome = tokio::time::timeout(wait + Duration::from_secs(6), call)
         .await
         .unwrap_or_else(|_| Err(Status::deadline_exceeded("client-side timeout")));
+    if let Some((queued, position)) = queued {
+        checker.record(Event::Waited {
+            client: client.index,
+            replica: client.current,
+            name,
+            sent,
+            wait,
+            queued,
+            position,
+            ended: match &outcome {
+                Ok(Some((_, received))) => *received,
+                _ => checker.now(),
+            },
+            outcome: match &outcome {
+                Ok(Some((granted, _))) => WaitOutcome::Granted(granted.fencing_token),
+                Ok(None) => WaitOutcome::NotGranted,
+                Err(_) => WaitOutcome::Failed,
+            },
+        });
+    }
     match outcome {
         Ok(Some((granted, received))) => {
             let lease = checker.next_lease.fetch_add(1, Ordering::SeqCst);
@@ -655,6 +716,18 @@ pub struct Report {
     pub faults: BTreeMap<&'static str, usize>,
     pub overlaps_in_data_loss_windows: usize,
     pub stale_writes_rejected: usize,
+    /// Acquire calls that were answered `waiting`, and the highest position one first reported.
+    pub waiters: usize,
+    pub max_position: u32,
+    /// Waiters left out of the FIFO check: their call failed, or touched a fault window.
+    pub waiters_unchecked: usize,
+    /// Pairs (waiter, later caller granted while it could still wait) checked for FIFO.
+    pub fifo_pairs_checked: usize,
+    /// Pairs in which a caller that asked after a waiter was queued was granted before it (each
+    /// also a violation).
+    pub overtakes: usize,
+    /// Waiters answered `not_granted` before their wait could have run out (also violations).
+    pub waits_cut_short: usize,
     pub violations: Vec<String>,
 }
 
@@ -670,6 +743,16 @@ impl Report {
         println!(
             "stale writes rejected: {}; overlaps inside data-loss windows (allowed): {}",
             self.stale_writes_rejected, self.overlaps_in_data_loss_windows
+        );
+        println!(
+            "FIFO: {} waiters (highest first position {}), {} unchecked (failed or in a fault \
+             window); {} pairs checked; overtakes: {}; waits cut short: {}",
+            self.waiters,
+            self.max_position,
+            self.waiters_unchecked,
+            self.fifo_pairs_checked,
+            self.overtakes,
+            self.waits_cut_short
         );
         println!("violations: {}", self.violations.len());
         for violation in self.violations.iter().take(20) {
@@ -776,7 +859,7 @@ impl Checker {
                         ));
                     }
                 }
-                Event::Write { .. } => {}
+                Event::Write { .. } | Event::Waited { .. } => {}
             }
         }
         report.grants = leases.len();
@@ -878,6 +961,8 @@ impl Checker {
             }
         }
 
+        self.verify_fifo(&events, &faults, &mut report);
+
         // Fencing, in the resource's own order.
         let mut highest = vec![0u64; self.workload.names];
         for event in &events {
@@ -927,4 +1012,136 @@ impl Checker {
         }
         report
     }
+
+    /// FIFO waiting; see the module documentation.
+    fn verify_fifo(&self, events: &[Event], faults: &[FaultRecord], report: &mut Report) {
+        let settle = self.workload.max_ttl() + CLOCK_SLACK;
+        let windows: Vec<(Duration, Duration)> = faults
+            .iter()
+            .filter(|fault| !QUEUE_SAFE_FAULTS.contains(&fault.kind))
+            .map(|fault| (fault.start, fault.end + settle))
+            .collect();
+        let touches_fault = |from: Duration, to: Duration| {
+            windows
+                .iter()
+                .any(|(start, end)| from <= *end && *start <= to)
+        };
+
+        /// A grant as FIFO sees it.
+        struct Grant {
+            client: usize,
+            replica: usize,
+            token: u64,
+            sent: Duration,
+            received: Duration,
+        }
+        let mut grants: HashMap<usize, Vec<Grant>> = HashMap::new();
+        for event in events {
+            if let Event::Granted {
+                client,
+                replica,
+                name,
+                token,
+                sent,
+                received,
+                ..
+            } = event
+            {
+                grants.entry(*name).or_default().push(Grant {
+                    client: *client,
+                    replica: *replica,
+                    token: *token,
+                    sent: *sent,
+                    received: *received,
+                });
+            }
+        }
+        for list in grants.values_mut() {
+            list.sort_by_key(|grant| grant.sent);
+        }
+        let who = |client: usize| match client {
+            usize::MAX => "the GC-pause holder".to_owned(),
+            client => format!("client {client}"),
+        };
+
+        for event in events {
+            let Event::Waited {
+                client,
+                replica,
+                name,
+                sent,
+                wait,
+                queued,
+                position,
+                ended,
+                outcome,
+            } = *event
+            else {
+                continue;
+            };
+            report.waiters += 1;
+            report.max_position = report.max_position.max(position);
+            if outcome == WaitOutcome::Failed || touches_fault(sent, ended) {
+                report.waiters_unchecked += 1;
+                continue;
+            }
+            let name_text = &self.names[name];
+            let waiter = format!(
+                "{} (replica {replica}; Acquire sent at {sent:?}, wait {wait:?}; first waiting at \
+                 {queued:?}, position {position})",
+                who(client)
+            );
+            if position == 0 {
+                report.violations.push(format!(
+                    "{name_text}: {waiter} reported position 0 (1 = next in line)"
+                ));
+            }
+            // The server's deadline is at least this: it started counting after the send.
+            let deadline = sent + wait;
+            let (until, outcome_text) = match outcome {
+                WaitOutcome::Granted(token) => {
+                    (ended, format!("granted token {token} at {ended:?}"))
+                }
+                _ => (deadline, format!("answered not_granted at {ended:?}")),
+            };
+            if outcome == WaitOutcome::NotGranted && ended + CLOCK_SLACK < deadline {
+                report.waits_cut_short += 1;
+                report.violations.push(format!(
+                    "{name_text}: {waiter} was answered not_granted at {ended:?}, before its wait \
+                     could have run out ({deadline:?})"
+                ));
+            }
+            let list = grants.get(&name).map_or(&[][..], Vec::as_slice);
+            // Callers that asked after the waiter was queued, and early enough to be granted
+            // while it still waited.
+            let first = list.partition_point(|grant| grant.sent <= queued);
+            for later in list[first..].iter().take_while(|grant| grant.sent < until) {
+                if touches_fault(later.sent, later.received) {
+                    continue;
+                }
+                report.fifo_pairs_checked += 1;
+                let before = match outcome {
+                    WaitOutcome::Granted(token) => later.token < token,
+                    _ => later.received < deadline,
+                };
+                if before {
+                    report.overtakes += 1;
+                    report.violations.push(format!(
+                        "{name_text}: overtake: {waiter}, {outcome_text}, was overtaken by {} \
+                         (replica {}), whose Acquire was sent later at {:?} and granted token {} \
+                         at {:?}",
+                        who(later.client),
+                        later.replica,
+                        later.sent,
+                        later.token,
+                        later.received
+                    ));
+                }
+            }
+        }
+    }
 }
+
+/// Faults that must not reorder a queue: the GC-pause holder is a client that stops renewing,
+/// and the lease's expiry hands it on to the next in line like any release.
+const QUEUE_SAFE_FAULTS: &[&str] = &["gc_pause"];
