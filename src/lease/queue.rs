@@ -152,12 +152,12 @@ impl Waiters {
         self.by_name().values().map(|w| w.by_entry.len()).sum()
     }
 
-    /// Takes the tending task's work for `name`. `None` when nobody waits on it here any more and
-    /// nothing is left to do: the name is forgotten and the task ends.
-    pub(super) fn chores(&self, name: &str) -> Option<Chores> {
+    /// Takes the tending task's work for `name`. With `forget_if_idle`, `None` when nobody waits
+    /// on it here any more and nothing is left to do: the name is forgotten and the task ends.
+    pub(super) fn chores(&self, name: &str, forget_if_idle: bool) -> Option<Chores> {
         let mut by_name = self.by_name();
         let waiters = by_name.get_mut(name)?;
-        if waiters.by_entry.is_empty() && waiters.leaving.is_empty() {
+        if forget_if_idle && waiters.by_entry.is_empty() && waiters.leaving.is_empty() {
             by_name.remove(name);
             return None;
         }

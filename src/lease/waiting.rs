@@ -29,6 +29,10 @@ const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 /// several of these; it also bounds how late a waiter learns of a wake-up that was lost.
 pub const TEND_INTERVAL: Duration = Duration::from_millis(500);
 
+/// A name's tending task (and its wake-up subscription) outlives its last waiter here by this
+/// long, so that a name waited on again and again is not subscribed and unsubscribed each time.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Entries removed from a queue in one store call.
 const LEAVE_BATCH: usize = 256;
 
@@ -236,21 +240,28 @@ fn join<S: LeaseStore>(store: &Arc<S>, name: &LeaseName) -> Ticket {
     ticket
 }
 
-/// Looks after this replica's waiters of one name while there are any: listens for the name's
-/// wake-ups, removes the entries of callers that left, and every [`TEND_INTERVAL`] (and at once
-/// when the queue moved) keeps the entries alive and hands each waiter its new placement.
+/// Looks after this replica's waiters of one name while there are any (and [`LINGER`] after):
+/// listens for the name's wake-ups, removes the entries of callers that left, and every
+/// [`TEND_INTERVAL`] (and at once when the queue moved) keeps the entries alive and hands each
+/// waiter its new placement.
 async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Notify>) {
     store.listen(&name);
     let mut ticks = tokio::time::interval(TEND_INTERVAL);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     ticks.tick().await; // the first tick is immediate: the first waiter's attempt just queued it
+    let mut idle_since: Option<Instant> = None;
     loop {
         let tick = tokio::select! {
             _ = tend.notified() => false,
             _ = ticks.tick() => true,
         };
-        let Some(chores) = store.waiters().chores(name.as_str()) else {
+        let forget_if_idle = idle_since.is_some_and(|since| since.elapsed() >= LINGER);
+        let Some(chores) = store.waiters().chores(name.as_str(), forget_if_idle) else {
             break;
+        };
+        idle_since = match chores.entries.is_empty() && chores.leaving.is_empty() {
+            true => idle_since.or(Some(Instant::now())),
+            false => None,
         };
         for batch in chores.leaving.chunks(LEAVE_BATCH) {
             if let Err(error) = store.leave(&name, batch).await {
