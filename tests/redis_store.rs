@@ -217,12 +217,9 @@ async fn waiters_join_again_after_the_queue_is_flushed() {
 async fn granted_after_waiting(
     stream: &mut tonic::Streaming<leased::proto::AcquireResponse>,
 ) -> leased::proto::Granted {
-    loop {
-        match next_result(stream).await {
-            acquire_response::Result::Waiting(_) => continue,
-            acquire_response::Result::Granted(granted) => return granted,
-            other => panic!("expected granted, got {other:?}"),
-        }
+    match read_to_terminal(stream, Duration::from_secs(30)).await.1 {
+        acquire_response::Result::Granted(granted) => granted,
+        other => panic!("expected granted, got {other:?}"),
     }
 }
 
