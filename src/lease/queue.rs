@@ -184,7 +184,9 @@ impl Waiters {
         for (entry, placement) in placements {
             if let Some(signals) = waiters.by_entry.get(&entry) {
                 signals.placement.send_if_modified(|current| {
-                    let changed = *current != placement;
+                    // "Not in the queue" always reaches the waiter, even when it equals the value
+                    // stored before any read (the default): the waiter must join again.
+                    let changed = *current != placement || placement.position == 0;
                     *current = placement;
                     changed
                 });
