@@ -60,7 +60,8 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
 }
 
-/// The Lua scripts, one per atomic operation. Those that touch the queue start with `queue.lua`.
+/// The Lua scripts, one per atomic operation. Those that touch the queue or read the holder start
+/// with `queue.lua`, which holds their shared functions.
 struct Scripts {
     acquire: Script,
     renew: Script,
@@ -85,7 +86,7 @@ impl Scripts {
             acquire: queue_script!("scripts/acquire.lua"),
             renew: Script::from_lua(include_str!("scripts/renew.lua")),
             release: queue_script!("scripts/release.lua"),
-            describe: Script::from_lua(include_str!("scripts/describe.lua")),
+            describe: queue_script!("scripts/describe.lua"),
             leave: queue_script!("scripts/leave.lua"),
             status: queue_script!("scripts/status.lua"),
         }
@@ -293,7 +294,15 @@ struct Subscriptions {
     /// Channels whose subscription failed and is being retried: wake-ups for them are lost, and
     /// the store is unhealthy until they succeed.
     failing: Mutex<HashSet<String>>,
-    changes: mpsc::UnboundedSender<String>,
+    changes: mpsc::UnboundedSender<SubscriptionChange>,
+}
+
+/// What [`keep_subscriptions`] is asked to do.
+enum SubscriptionChange {
+    /// Bring this channel in line with what is wanted.
+    Channel(String),
+    /// The subscriber reconnected: the server forgot every subscription.
+    Reconnected,
 }
 
 impl Subscriptions {
@@ -320,7 +329,7 @@ impl Subscriptions {
     /// Asks [`keep_subscriptions`] to bring `channel` in line with what is wanted.
     fn reconcile(&self, channel: String) {
         // Fails only when the store is being dropped.
-        let _ = self.changes.send(channel);
+        let _ = self.changes.send(SubscriptionChange::Channel(channel));
     }
 }
 
@@ -331,15 +340,17 @@ async fn keep_subscriptions(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
     waiters: Arc<Waiters>,
-    mut changes: mpsc::UnboundedReceiver<String>,
+    mut changes: mpsc::UnboundedReceiver<SubscriptionChange>,
 ) {
     let mut subscribed = HashSet::new();
-    while let Some(channel) = changes.recv().await {
-        if channel.is_empty() {
-            // The subscriber reconnected: the server forgot every subscription.
-            subscribed.clear();
-            continue;
-        }
+    while let Some(change) = changes.recv().await {
+        let channel = match change {
+            SubscriptionChange::Channel(channel) => channel,
+            SubscriptionChange::Reconnected => {
+                subscribed.clear();
+                continue;
+            }
+        };
         let wanted = subscriptions.wanted().contains_key(&channel);
         if wanted && !subscribed.contains(&channel) {
             match subscriber.ssubscribe(channel.as_str()).await {
@@ -406,7 +417,8 @@ async fn resubscribe_on_connect(
             Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return,
         }
-        subscriptions.reconcile(String::new());
+        // Fails only when the store is being dropped.
+        let _ = subscriptions.changes.send(SubscriptionChange::Reconnected);
         let wanted: Vec<String> = subscriptions.wanted().keys().cloned().collect();
         for channel in wanted {
             subscriptions.reconcile(channel);

@@ -1,4 +1,5 @@
--- queue.lua: shared by the scripts that touch a name's wait queue, which prepend it.
+-- queue.lua: shared by the scripts that touch a name's wait queue or read its holder, which
+-- prepend it.
 --
 -- The queue is a sorted set (<prefix>{name}:queue): member '<replica>:<n>', score the arrival
 -- order (the tail's score + 1). Each replica with waiters on the name keeps a deadline (Unix ms,
@@ -81,3 +82,17 @@ local function holder_fields(lease, current, holder, token, now_ms)
   return {1, holder or '', tonumber(token) or 0, remaining_ms, expires_at_ms}
 end
 
+-- Who holds the lease, as holder_fields answers, or nil when it is free: no key, or the expired
+-- key of a crashed classic SETNX lock (which acquire takes over).
+local function lease_holder(lease, owner_key, now_ms)
+  local current = redis.call('GET', lease)
+  if not current then
+    return nil
+  end
+  local current_ms = tonumber(current)
+  if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
+    return nil
+  end
+  local owner = redis.call('HMGET', owner_key, 'holder', 'token')
+  return holder_fields(lease, current, owner[1], owner[2], now_ms)
+end

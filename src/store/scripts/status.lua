@@ -13,18 +13,8 @@
 local lease, queue, replicas, channel = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
 local now_ms = redis_now()
 
-local reply
-local current = redis.call('GET', lease)
-local free = not current
-if current then
-  local current_ms = tonumber(current)
-  if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
-    free = true -- the expired key of a crashed classic lock: acquire takes it over
-  else
-    local owner = redis.call('HMGET', KEYS[2], 'holder', 'token')
-    reply = holder_fields(lease, current, owner[1], owner[2], now_ms)
-  end
-end
+local reply = lease_holder(lease, KEYS[2], now_ms)
+local free = not reply
 if free then
   reply = {0, '', 0, 0, 0}
 end
