@@ -12,6 +12,7 @@
 //! - [`error`]: the request error and its mapping to gRPC status codes; the startup error.
 //! - [`metrics`]: the Prometheus registry and its HTTP endpoint.
 //! - [`shutdown`]: the signal that starts the drain.
+//! - [`throttle`]: at most one line per interval for log lines that could repeat per request.
 
 pub mod cli;
 pub mod client;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod shutdown;
+pub mod throttle;
 pub mod store;
 
 pub use server::serve;
