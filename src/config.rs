@@ -7,7 +7,11 @@ use clap::{Args, ValueEnum};
 use crate::{
     error::StartupError,
     lease::Limits,
-    server::{ServerOptions, TlsFiles, auth::Authenticator},
+    server::{
+        ServerOptions, TlsFiles,
+        auth::Authenticator,
+        connections::{self, ConnectionLimits},
+    },
     store::RedisOptions,
 };
 
@@ -51,9 +55,21 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_MAX_WAITERS_PER_NAME", default_value_t = 1024)]
     pub max_waiters_per_name: usize,
 
-    /// Distinct leases one Renew stream may renew; more get RESOURCE_EXHAUSTED.
+    /// Leases one Renew stream may hold at once (renewed and not yet lost, released or expired);
+    /// a renewal of one more gets RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASED_MAX_LEASES_PER_STREAM", default_value_t = 1024)]
     pub max_leases_per_stream: usize,
+
+    /// Open client connections, on the gRPC and health ports together, handshakes included
+    /// (default 10000, or fewer if the open-file limit is lower). At the limit a new connection
+    /// takes the place of the oldest one still in its handshake, or is closed at once if none is.
+    #[arg(long, env = "LEASED_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+
+    /// A new connection must complete TLS (if on), the HTTP/2 preface and its first SETTINGS
+    /// frame within this, or it is closed.
+    #[arg(long, env = "LEASED_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub handshake_timeout: Duration,
 
     /// Largest request message accepted, in bytes.
     #[arg(long, env = "LEASED_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024)]
@@ -156,10 +172,41 @@ impl ServeConfig {
             max_concurrent_streams: self.max_concurrent_streams,
             max_message_bytes: self.max_message_bytes,
             max_leases_per_renew_stream: self.max_leases_per_stream,
+            connections: self.connection_limits()?,
             drain_grace: self.drain_grace,
             tls,
             auth,
             ..ServerOptions::default()
+        })
+    }
+
+    /// `--max-connections` (or its default, within the open-file limit) and
+    /// `--handshake-timeout`. Warns if an explicit limit leaves no room in the open-file limit:
+    /// past it, `accept` fails and waits instead of refusing.
+    fn connection_limits(&self) -> Result<ConnectionLimits, StartupError> {
+        if self.handshake_timeout.is_zero() {
+            return Err(StartupError::Config("--handshake-timeout must be above 0"));
+        }
+        let fd_limit = connections::fd_limit().unwrap_or(u64::MAX);
+        let room = connections::connections_within(fd_limit);
+        let max_connections = match self.max_connections {
+            Some(0) => return Err(StartupError::Config("--max-connections must be at least 1")),
+            Some(max) => {
+                if max > room {
+                    tracing::warn!(
+                        max_connections = max,
+                        fd_limit,
+                        "--max-connections is above what the open-file limit leaves room for; \
+                         raise the limit (ulimit -n) or lower --max-connections"
+                    );
+                }
+                max
+            }
+            None => connections::DEFAULT_MAX_CONNECTIONS.min(room).max(1),
+        };
+        Ok(ConnectionLimits {
+            max_connections,
+            handshake_timeout: self.handshake_timeout,
         })
     }
 

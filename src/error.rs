@@ -5,6 +5,13 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use tonic::{Code, Status};
 
+use crate::throttle::{LOG_INTERVAL, Throttle};
+
+/// A Redis outage fails every request, and a broken key fails every request on its name: each
+/// kind is logged once per interval, with the count of the failures in between.
+static STORE_UNAVAILABLE: Throttle = Throttle::new(LOG_INTERVAL);
+static INTERNAL_ERROR: Throttle = Throttle::new(LOG_INTERVAL);
+
 /// Everything that can go wrong while serving a request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -13,7 +20,7 @@ pub enum Error {
     InvalidArgument { field: &'static str, reason: String },
 
     /// The store did not answer in time or is unreachable; retrying later may succeed. The detail
-    /// is logged, not returned: clients see a generic message.
+    /// is logged (the first of each interval), not returned: clients see a generic message.
     #[error("store unavailable: {0}")]
     Unavailable(String),
 
@@ -34,7 +41,8 @@ pub enum Error {
     ShuttingDown,
 
     /// A bug, or a store answer that breaks its contract (a Lua error, `WRONGTYPE` on a key that
-    /// something else wrote, a malformed reply). Retrying will not help; the lease name is logged.
+    /// something else wrote, a malformed reply). Retrying will not help; the lease name is logged
+    /// (the first of each interval).
     #[error("internal error on lease {name:?}: {detail}")]
     Internal { name: String, detail: String },
 }
@@ -57,7 +65,9 @@ impl From<Error> for Status {
         match error {
             Error::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
             Error::Unavailable(detail) => {
-                tracing::warn!(%detail, "store unavailable");
+                if let Some(suppressed) = STORE_UNAVAILABLE.admit() {
+                    tracing::warn!(suppressed, %detail, "store unavailable");
+                }
                 Status::unavailable("lease store unavailable, retry later")
             }
             Error::Unauthenticated(message) => Status::unauthenticated(message),
@@ -65,7 +75,9 @@ impl From<Error> for Status {
             Error::ResourceExhausted(message) => Status::resource_exhausted(message),
             Error::ShuttingDown => Status::unavailable("server is shutting down"),
             Error::Internal { name, detail } => {
-                tracing::error!(%name, %detail, "internal error");
+                if let Some(suppressed) = INTERNAL_ERROR.admit() {
+                    tracing::error!(suppressed, %name, %detail, "internal error");
+                }
                 Status::internal("internal error")
             }
         }
@@ -119,7 +131,7 @@ pub enum StartupError {
 
     /// The certificate, key or client CA were read but cannot be used.
     #[error("invalid TLS configuration: {0}")]
-    Tls(tonic::transport::Error),
+    Tls(String),
 
     /// The gRPC server stopped with an error (after it started serving).
     #[error("the gRPC server failed: {0}")]

@@ -39,6 +39,14 @@ async fn main() -> ExitCode {
 async fn serve(config: ServeConfig) -> Result<(), StartupError> {
     // Refuse before binding: an exposed port should never open, even briefly.
     config.check_listen_address(config.listen)?;
+    // Each client connection is a file descriptor; the soft limit is often 1024.
+    match leased::server::connections::raise_fd_limit() {
+        Ok(limit) if limit.now > limit.before => {
+            tracing::info!(from = limit.before, to = limit.now, "raised the open-file limit")
+        }
+        Ok(limit) => tracing::info!(open_file_limit = limit.now, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "cannot read or raise the open-file limit"),
+    }
     let listener = leased::server::bind(config.listen, "--listen").await?;
     let (trigger, shutdown) = leased::shutdown::channel();
     tokio::spawn(async move {

@@ -60,6 +60,15 @@ pub struct Metrics {
     pub store_duration: Family<KindLabels, Histogram>,
     /// Redis commands that failed or timed out, by operation.
     pub store_errors: Family<KindLabels, Counter>,
+    /// Open client connections (gRPC and health ports), handshakes included.
+    pub connections: Gauge,
+    /// Connections closed at once because `--max-connections` were open past their handshake.
+    pub connections_refused: Counter,
+    /// Connections closed before their handshake completed, by reason (timeout, evicted,
+    /// closed, tls, io).
+    pub handshake_failures: Family<KindLabels, Counter>,
+    /// `accept` failures that paused accepting (out of file descriptors or memory).
+    pub accept_errors: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -88,6 +97,10 @@ impl Metrics {
             open_streams: Family::default(),
             store_duration: Family::new_with_constructor(latency_histogram),
             store_errors: Family::default(),
+            connections: Gauge::default(),
+            connections_refused: Counter::default(),
+            handshake_failures: Family::default(),
+            accept_errors: Counter::default(),
             registry: Registry::default(),
         };
         let m = &metrics;
@@ -133,6 +146,26 @@ impl Metrics {
             "store_errors",
             "Redis commands that failed or timed out",
             m.store_errors.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open client connections, handshakes included",
+            m.connections.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at once at --max-connections",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "handshake_failures",
+            "Connections closed before their handshake completed, by reason",
+            m.handshake_failures.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "accept failures that paused accepting",
+            m.accept_errors.clone(),
         );
         Metrics {
             registry,

@@ -6,25 +6,26 @@
 //! - [`run`]: serves one store on given sockets until shutdown, then drains.
 //! - `options`: the server's settings and sockets; `routes`: which services each port carries;
 //!   `health`: statuses that follow the store and the drain.
+//! - `connections`: from `accept` to tonic: the connection cap, the handshake deadline, TLS.
 //! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens.
 
 mod acquire;
 pub mod auth;
+pub mod connections;
 mod health;
+mod held_leases;
 mod options;
 mod renew;
 mod routes;
 mod service;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 
 use tokio::{net::TcpListener, task::JoinSet};
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{
-    service::Routes,
-    transport::{Server, server::TcpIncoming},
-};
+use tokio_stream::Stream;
+use tonic::{service::Routes, transport::Server};
 
+use self::connections::{Connection, Connections};
 use crate::{
     config::ServeConfig,
     error::StartupError,
@@ -80,6 +81,8 @@ pub async fn run<S: LeaseStore>(
     shutdown: Shutdown,
 ) -> Result<(), StartupError> {
     let health = health::Health::start(store.clone(), shutdown.clone()).await;
+    // One cap for the gRPC and health ports: both cost file descriptors.
+    let connections = Connections::new(options.connections.clone());
     let mut side_listeners = JoinSet::new();
     if let Some(listener) = listeners.metrics {
         let shutdown = shutdown.clone();
@@ -90,11 +93,25 @@ pub async fn run<S: LeaseStore>(
         });
     }
     if let Some(listener) = listeners.health {
+        if let Ok(address) = listener.local_addr() {
+            tracing::info!(%address, "health listening (plaintext)");
+        }
         let routes = routes::health_port(&health)?;
-        side_listeners.spawn(serve_health_only(routes, listener, shutdown.clone()));
+        let incoming = connections.incoming(listener, None);
+        side_listeners.spawn(serve_health_only(routes, incoming, shutdown.clone()));
     }
     let routes = routes::grpc_port(store, &options, &health, shutdown.clone())?;
-    let result = serve_and_drain(routes, listeners.grpc, &options, &shutdown).await;
+    let tls = options.tls.as_ref().map(TlsFiles::acceptor).transpose()?;
+    let address = listeners.grpc.local_addr().map_err(StartupError::Socket)?;
+    tracing::info!(
+        %address,
+        tls = tls.is_some(),
+        max_connections = options.connections.max_connections,
+        handshake_timeout = ?options.connections.handshake_timeout,
+        "leased listening"
+    );
+    let incoming = connections.incoming(listeners.grpc, tls);
+    let result = serve_and_drain(routes, incoming, &options, &shutdown).await;
     health.stop();
     side_listeners.abort_all();
     tracing::info!("leased stopped");
@@ -105,29 +122,18 @@ pub async fn run<S: LeaseStore>(
 /// `drain_grace`.
 async fn serve_and_drain(
     routes: Routes,
-    listener: TcpListener,
+    incoming: impl Stream<Item = Result<Connection, Infallible>>,
     options: &ServerOptions,
     shutdown: &Shutdown,
 ) -> Result<(), StartupError> {
-    let mut builder = Server::builder()
-        .http2_keepalive_interval(Some(options.keepalive_interval))
-        .http2_keepalive_timeout(Some(options.keepalive_timeout))
-        .max_concurrent_streams(Some(options.max_concurrent_streams));
-    if let Some(tls) = &options.tls {
-        builder = builder
-            .tls_config(tls.server_config()?)
-            .map_err(StartupError::Tls)?;
-    }
-    let address = listener.local_addr().map_err(StartupError::Socket)?;
-    tracing::info!(%address, "leased listening");
     let stop_accepting = {
         let shutdown = shutdown.clone();
         async move { shutdown.fired().await }
     };
-    // `Server::tcp_nodelay` is ignored for an incoming stream: set it on each accepted socket, or
-    // Nagle holds back small HTTP/2 frames for a delayed ACK (40 ms per call on Linux).
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let serving = builder
+    let serving = Server::builder()
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        .max_concurrent_streams(Some(options.max_concurrent_streams))
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, stop_accepting);
     tokio::pin!(serving);
@@ -148,15 +154,14 @@ async fn serve_and_drain(
 }
 
 /// The plaintext health port, until `shutdown` fires.
-async fn serve_health_only(routes: Routes, listener: TcpListener, shutdown: Shutdown) {
-    if let Ok(address) = listener.local_addr() {
-        tracing::info!(%address, "health listening (plaintext)");
-    }
+async fn serve_health_only(
+    routes: Routes,
+    incoming: impl Stream<Item = Result<Connection, Infallible>>,
+    shutdown: Shutdown,
+) {
     let serving = Server::builder()
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            shutdown.fired().await
-        });
+        .serve_with_incoming_shutdown(incoming, async move { shutdown.fired().await });
     if let Err(error) = serving.await {
         tracing::error!(%error, "the health listener failed");
     }

@@ -2,10 +2,15 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
+use rustls::{
+    RootCertStore, ServerConfig,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    server::WebPkiClientVerifier,
+};
 use tokio::net::TcpListener;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tokio_rustls::TlsAcceptor;
 
-use super::auth::Authenticator;
+use super::{auth::Authenticator, connections::ConnectionLimits};
 use crate::{error::StartupError, lease::Limits};
 
 /// Settings of the gRPC server itself (the store has its own).
@@ -19,6 +24,8 @@ pub struct ServerOptions {
     pub max_message_bytes: usize,
     /// Distinct leases one `Renew` stream may renew.
     pub max_leases_per_renew_stream: usize,
+    /// The cap on open connections and the handshake deadline.
+    pub connections: ConnectionLimits,
     /// HTTP/2 PING interval: how a frozen client is noticed.
     pub keepalive_interval: Duration,
     /// How long to wait for a PING answer before closing the connection.
@@ -38,6 +45,7 @@ impl Default for ServerOptions {
             max_concurrent_streams: 1024,
             max_message_bytes: 16 * 1024,
             max_leases_per_renew_stream: 1024,
+            connections: ConnectionLimits::default(),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             drain_grace: Duration::from_secs(10),
@@ -58,19 +66,47 @@ pub struct TlsFiles {
 
 impl TlsFiles {
     /// Reads the files now, so that a missing or unreadable one stops the server at startup.
-    pub(super) fn server_config(&self) -> Result<ServerTlsConfig, StartupError> {
+    /// Connections offer HTTP/2 only (ALPN `h2`), as gRPC needs.
+    pub(super) fn acceptor(&self) -> Result<TlsAcceptor, StartupError> {
         let read = |path: &PathBuf| {
             std::fs::read(path).map_err(|source| StartupError::TlsFile {
                 path: path.clone(),
                 source,
             })
         };
-        let mut config = ServerTlsConfig::new()
-            .identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?));
-        if let Some(client_ca) = &self.client_ca {
-            config = config.client_ca_root(Certificate::from_pem(read(client_ca)?));
-        }
-        Ok(config)
+        let invalid = |what: &str, path: &PathBuf, error: &dyn std::fmt::Display| {
+            StartupError::Tls(format!("{what} {}: {error}", path.display()))
+        };
+        let certs = CertificateDer::pem_slice_iter(&read(&self.cert)?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| invalid("certificate", &self.cert, &error))?;
+        let key = PrivateKeyDer::from_pem_slice(&read(&self.key)?)
+            .map_err(|error| invalid("private key", &self.key, &error))?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|error| StartupError::Tls(error.to_string()))?;
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(path) => {
+                let mut roots = RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(&read(path)?) {
+                    let cert = cert.map_err(|error| invalid("client CA", path, &error))?;
+                    roots
+                        .add(cert)
+                        .map_err(|error| invalid("client CA", path, &error))?;
+                }
+                let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .map_err(|error| invalid("client CA", path, &error))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .map_err(|error| invalid("certificate and key", &self.cert, &error))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
     }
 }
 
