@@ -94,19 +94,10 @@ impl<T> Drop for Metered<T> {
 
 /// User plus system CPU time of each metered process so far.
 fn cpu_times() -> Vec<(String, Duration)> {
-    // `/proc/<pid>/stat` counts in clock ticks of 1/100 s on Linux.
-    const TICK: Duration = Duration::from_millis(10);
     let metered = METERED.lock().expect("metered lock").clone();
     metered
         .into_iter()
-        .filter_map(|(label, pid)| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks: u64 =
-                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-            Some((label, TICK * ticks as u32))
-        })
+        .filter_map(|(label, pid)| Some((label, crate::harness::proc::cpu_time(pid).ok()?)))
         .collect()
 }
 

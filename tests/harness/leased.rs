@@ -190,6 +190,7 @@ pub struct Serve {
     args: Vec<OsString>,
     log: Log,
     log_level: String,
+    fd_limit: Option<u64>,
 }
 
 impl Serve {
@@ -231,6 +232,12 @@ impl Serve {
         self
     }
 
+    /// Starts the child with this open-file limit, soft and hard (it cannot raise it).
+    pub fn fd_limit(mut self, limit: u64) -> Self {
+        self.fd_limit = Some(limit);
+        self
+    }
+
     /// Another `leased` binary than the one cargo built (to compare two builds).
     pub fn program(mut self, program: PathBuf) -> Self {
         self.program = program;
@@ -247,6 +254,22 @@ impl Serve {
             command.args(["--redis-url", url, "--redis-timeout", &self.redis_timeout]);
         }
         command.args(&self.args);
+        if let Some(limit) = self.fd_limit {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: between fork and exec the closure only calls setrlimit, which is
+            // async-signal-safe, and builds an io::Error from errno.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                        0 => Ok(()),
+                        _ => Err(io::Error::last_os_error()),
+                    }
+                });
+            }
+        }
         command
     }
 
@@ -315,6 +338,7 @@ impl LeasedProcess {
             args: Vec::new(),
             log: Log::Inherit,
             log_level: "warn".to_owned(),
+            fd_limit: None,
         }
     }
 

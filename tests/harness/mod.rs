@@ -9,6 +9,7 @@
 //! - [`leased`]: `leased` in this process ([`leased::Leased`]) or as a child process of the real
 //!   binary ([`leased::LeasedProcess`]), and the one wait for SERVING over `grpc.health.v1`.
 //! - [`proxy`]: a fault-injecting TCP proxy for the link to Redis.
+//! - [`flood`]: connections that never become clients (silent, preface only).
 //! - [`proc`]: what `/proc` says about a process, signals, and this process's descriptor limit.
 //!
 //! Errors: `try_*` functions answer `io::Result` (the benchmarks report them); the plain forms
@@ -18,6 +19,7 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod flood;
 pub mod leased;
 pub mod proc;
 pub mod proxy;

@@ -27,8 +27,30 @@ pub fn signal(pid: u32, signal: i32) -> io::Result<()> {
     }
 }
 
-/// Raises this process's soft `RLIMIT_NOFILE` to at least `wanted` (up to the hard limit) and
-/// returns the soft limit now in force. Child processes inherit it.
+/// User plus system CPU time `pid` has used so far (`/proc/<pid>/stat`, in ticks of 1/100 s).
+pub fn cpu_time(pid: u32) -> io::Result<std::time::Duration> {
+    const TICK: std::time::Duration = std::time::Duration::from_millis(10);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let invalid = || io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/<pid>/stat");
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .ok_or_else(invalid)?
+        .1
+        .split_whitespace()
+        .collect();
+    let field = |index: usize| -> io::Result<u64> {
+        fields
+            .get(index)
+            .and_then(|value| value.parse().ok())
+            .ok_or_else(invalid)
+    };
+    Ok(TICK * (field(11)? + field(12)?) as u32)
+}
+
+/// Raises this process's soft `RLIMIT_NOFILE` to at least `wanted`, and the hard limit too if it
+/// is lower and this process may (root may), and returns the soft limit now in force. Child
+/// processes inherit it.
 pub fn raise_fd_limit(wanted: u64) -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -37,6 +59,15 @@ pub fn raise_fd_limit(wanted: u64) -> u64 {
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_max < wanted {
+            let raised = libc::rlimit {
+                rlim_cur: wanted,
+                rlim_max: wanted,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return wanted;
+            }
+        }
         if limit.rlim_cur < wanted {
             limit.rlim_cur = wanted.min(limit.rlim_max);
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
