@@ -15,11 +15,17 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `leased serve`'s log filter unless RUST_LOG is set. h2 warns once per frame of some kinds a
+/// client can send at will (an unsolicited PING ACK: one line per 17-byte frame), and rustls
+/// once per malformed handshake; both reach the operator as leased's own throttled lines
+/// and metrics instead (src/server/connections.rs).
+const SERVE_LOG_FILTER: &str = "info,h2=error,rustls=error";
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(config) => {
-            init_logging(config.log_format, "info");
+            init_logging(config.log_format, SERVE_LOG_FILTER);
             match serve(config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {

@@ -1,5 +1,6 @@
-//! What operators see: Prometheus metrics that move with the traffic, and structured JSON logs
-//! that name the RPC and the lease but never contain a lease id.
+//! What operators see: Prometheus metrics that move with the traffic, structured JSON logs that
+//! name the RPC and the lease but never contain a lease id, and a log that stays small at the
+//! default level, however many requests succeed or fail.
 
 mod common;
 
@@ -9,7 +10,12 @@ use std::{
 };
 
 use common::*;
-use leased::config::ServeConfig;
+use leased::{
+    config::ServeConfig,
+    proto::{DescribeRequest, ReleaseRequest, lease_service_client::LeaseServiceClient},
+    throttle::LOG_INTERVAL,
+};
+use tonic::{Code, transport::Channel};
 
 /// `GET /metrics` over plain HTTP/1.1.
 fn scrape(port: u16) -> String {
@@ -147,6 +153,201 @@ async fn text_logs_to_a_pipe_have_no_colour_codes() {
     let log = server.stop_and_read_log();
     assert!(log.contains("granted"), "{log}");
     assert!(!log.contains('\x1b'), "an escape code in the log: {log:?}");
+}
+
+/// `leased serve` filters its log with "info" when `RUST_LOG` is unset (`main.rs`); the harness
+/// always sets `RUST_LOG`, so this is how a test runs the server at its default level.
+const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// The issue's budget: under 10 KB of log per 10,000 RPCs at the default level.
+const LOG_BYTES_PER_10_000_RPCS: usize = 10_000;
+
+/// At the default level, 10,000 RPCs of an ordinary mix (try-once Acquires granted and not
+/// granted, renewals on open Renew streams, Describes, Releases, and requests refused with
+/// INVALID_ARGUMENT) write under 10 KB of log, startup and drain included: per-request lines are
+/// DEBUG. Each renewal counts as one RPC, as the issue counted them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn default_level_log_stays_under_10_kb_per_10_000_rpcs() {
+    const CLIENTS: usize = 4;
+    const ROUNDS_PER_CLIENT: usize = 250;
+    const RPCS_PER_ROUND: usize = 10;
+    let redis = RedisServer::start();
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .log(Log::Captured)
+        .log_level(DEFAULT_LOG_LEVEL)
+        .start()
+        .await;
+    let clients = (0..CLIENTS).map(|client_index| {
+        let endpoint = server.endpoint();
+        tokio::spawn(async move {
+            // One connection per client, as separate processes would have.
+            let mut client = LeaseServiceClient::connect(endpoint).await.unwrap();
+            let mut renewals = OpenRenewStream::open(&mut client).await;
+            for round in 0..ROUNDS_PER_CLIENT {
+                let name = format!("quiet/{client_index}/{round}");
+                ordinary_round(&mut client, &mut renewals, &name).await;
+            }
+        })
+    });
+    for client in futures::future::join_all(clients).await {
+        client.expect("a client failed");
+    }
+    let rpcs = CLIENTS * ROUNDS_PER_CLIENT * RPCS_PER_ROUND;
+    assert_eq!(rpcs, 10_000);
+
+    // A graceful stop, so that the drain's lines count too.
+    server.signal(libc::SIGTERM);
+    harness::poll_until("leased to drain and exit", Duration::from_secs(15), || {
+        server.try_wait().is_some()
+    })
+    .unwrap();
+    let log = server.stop_and_read_log();
+    println!(
+        "log at the default level: {} bytes for {rpcs} RPCs ({} lines)",
+        log.len(),
+        log.lines().count()
+    );
+    assert!(
+        log.contains("leased listening"),
+        "the startup line is missing: is the log captured at INFO? {log}"
+    );
+    assert!(
+        log.len() < LOG_BYTES_PER_10_000_RPCS,
+        "{} bytes of log for {rpcs} RPCs:\n{log}",
+        log.len()
+    );
+}
+
+/// Ten RPCs on `name`, each answered as an ordinary client expects.
+async fn ordinary_round(
+    client: &mut LeaseServiceClient<Channel>,
+    renewals: &mut OpenRenewStream,
+    name: &str,
+) {
+    let granted = must_acquire(client, name, 30_000).await;
+    assert_eq!(acquire(client, name, 30_000, 0).await.unwrap(), None);
+    for _ in 0..3 {
+        let renewed = renewals.renew(&granted, 0).await.unwrap();
+        assert!(
+            matches!(
+                renewed.result,
+                Some(leased::proto::renew_response::Result::Renewed(_))
+            ),
+            "{renewed:?}"
+        );
+    }
+    assert!(describe(client, name).await.held);
+    assert!(release(client, &granted).await);
+    // Careless clients: a TTL below the minimum, a name with a space, an empty lease id.
+    let too_short = acquire(client, name, 1, 0).await.unwrap_err();
+    assert_eq!(too_short.code(), Code::InvalidArgument, "{too_short:?}");
+    let bad_name = client
+        .describe(DescribeRequest {
+            name: "no spaces allowed".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad_name.code(), Code::InvalidArgument, "{bad_name:?}");
+    let no_lease_id = client
+        .release(ReleaseRequest {
+            name: name.into(),
+            lease_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(no_lease_id.code(), Code::InvalidArgument, "{no_lease_id:?}");
+}
+
+/// With Redis gone, 1,000 requests answered UNAVAILABLE write one "store unavailable" line, at
+/// once; the first failure after the interval writes the next, with the count of the failures
+/// in between. The whole outage, fred's own lines included, stays under 10 KB of log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn store_unavailable_is_logged_once_per_interval_with_the_suppressed_count() {
+    const FAILING_REQUESTS: usize = 1_000;
+    let mut redis = RedisServer::start();
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(["--log-format", "json"])
+        .log(Log::Captured)
+        .log_level(DEFAULT_LOG_LEVEL)
+        .start()
+        .await;
+    let client = server.client().await;
+    redis.kill();
+
+    let answers = futures::future::join_all((0..FAILING_REQUESTS).map(|index| {
+        let mut client = client.clone();
+        async move {
+            let name = format!("outage/{index}");
+            match index % 2 {
+                0 => acquire(&mut client, &name, 30_000, 0).await.map(drop),
+                _ => client.describe(DescribeRequest { name }).await.map(drop),
+            }
+        }
+    }))
+    .await;
+    for answer in answers {
+        let status = answer.expect_err("answered without Redis");
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    }
+    // Every failure so far was logged or counted before its answer arrived: one interval from
+    // now, the next failure is written, with the count of the suppressed ones.
+    tokio::time::sleep(LOG_INTERVAL).await;
+    let mut client = client.clone();
+    let later = describe_status(&mut client, "outage/later").await;
+    assert_eq!(later.code(), Code::Unavailable, "{later:?}");
+    let log = server.stop_and_read_log();
+
+    let unavailable_lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|json| json["fields"]["message"] == "store unavailable")
+        .collect();
+    let suppressed: Vec<u64> = unavailable_lines
+        .iter()
+        .map(|json| {
+            json["fields"]["suppressed"]
+                .as_u64()
+                .expect("no suppressed count")
+        })
+        .collect();
+    println!(
+        "{} failing requests: {} \"store unavailable\" lines, suppressed {suppressed:?}; {} bytes of log",
+        FAILING_REQUESTS + 1,
+        unavailable_lines.len(),
+        log.len()
+    );
+    // Two lines when the burst fits in one interval, as it does unless the machine crawls.
+    assert!(
+        (2..=3).contains(&suppressed.len()),
+        "{} lines: {log}",
+        suppressed.len()
+    );
+    assert_eq!(suppressed[0], 0, "the first failure is written at once");
+    assert!(
+        *suppressed.last().unwrap() > 0,
+        "the later line counts the failures not written: {suppressed:?}"
+    );
+    assert_eq!(
+        suppressed.iter().sum::<u64>() as usize + suppressed.len(),
+        FAILING_REQUESTS + 1,
+        "every failure is either written or counted"
+    );
+    assert!(
+        log.len() < LOG_BYTES_PER_10_000_RPCS,
+        "{} bytes of log for {} failing requests:\n{log}",
+        log.len(),
+        FAILING_REQUESTS + 1
+    );
+}
+
+/// The status of a Describe that must fail.
+async fn describe_status(client: &mut LeaseServiceClient<Channel>, name: &str) -> tonic::Status {
+    client
+        .describe(DescribeRequest { name: name.into() })
+        .await
+        .expect_err("Describe answered")
 }
 
 /// A server that cannot start says why, in words an operator can act on, and exits 1.

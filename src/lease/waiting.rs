@@ -109,7 +109,7 @@ pub fn acquire<S: LeaseStore>(
                         let store = store.clone();
                         let name = request.name.clone();
                         move || {
-                            tracing::info!(%name, "caller left before the grant reached it; releasing");
+                            tracing::debug!(%name, "caller left before the grant reached it; releasing");
                             tokio::spawn(async move {
                                 release_quietly(&*store, &name, &lease_id).await
                             });

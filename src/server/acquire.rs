@@ -57,7 +57,7 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
             // here on must release it itself (the proto says so).
             let grant = delivery.deliver();
             metrics().grants.inc();
-            tracing::info!(rpc = "Acquire", %name, fencing_token = grant.fencing_token, ttl_ms = grant.ttl_ms, "granted");
+            tracing::debug!(rpc = "Acquire", %name, fencing_token = grant.fencing_token, ttl_ms = grant.ttl_ms, "granted");
             acquire_response::Result::Granted(Granted {
                 name: name.to_string(),
                 lease_id: grant.lease_id.expose().to_owned(),
@@ -79,7 +79,7 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
         AcquireEvent::NotGranted(holder) => {
             metrics().not_granted.inc();
             let (holder, fencing_token, remaining_ms) = holder_fields(holder);
-            tracing::info!(rpc = "Acquire", %name, holder_token = fencing_token, "not granted");
+            tracing::debug!(rpc = "Acquire", %name, holder_token = fencing_token, "not granted");
             acquire_response::Result::NotGranted(NotGranted {
                 holder,
                 fencing_token,

@@ -574,7 +574,7 @@ pub fn raise_fd_limit() -> io::Result<FdLimit> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let before = limit.rlim_cur as u64;
+    let before = limit.rlim_cur;
     if limit.rlim_cur < limit.rlim_max {
         limit.rlim_cur = limit.rlim_max;
         // SAFETY: setrlimit only reads the struct it is given.
@@ -584,7 +584,7 @@ pub fn raise_fd_limit() -> io::Result<FdLimit> {
     }
     Ok(FdLimit {
         before,
-        now: limit.rlim_cur as u64,
+        now: limit.rlim_cur,
     })
 }
 
@@ -598,7 +598,7 @@ pub fn fd_limit() -> io::Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(limit.rlim_cur as u64)
+    Ok(limit.rlim_cur)
 }
 
 /// The most connections that `fd_limit` leaves room for, after [`RESERVED_FDS`].

@@ -28,6 +28,7 @@ use crate::{
         QueueStatus, RenewOutcome, Waiters, waiting::TEND_INTERVAL,
     },
     metrics::metrics,
+    throttle::{LOG_INTERVAL, Throttle},
 };
 
 /// The fence counter outlives leases by at least this long, so that tokens usually come from the
@@ -44,6 +45,13 @@ const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(250);
 
 /// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) came with Redis 7.0.
 const MIN_REDIS_MAJOR: u32 = 7;
+
+/// While Redis is out of reach, every name that gains waiters fails to subscribe: one line per
+/// interval, with the count of the others.
+static SUBSCRIBE_FAILED: Throttle = Throttle::new(LOG_INTERVAL);
+
+/// A Redis that flaps, or a Cluster whose slots move, reconnects the subscriber over and over.
+static RESUBSCRIBING: Throttle = Throttle::new(LOG_INTERVAL);
 
 /// How to reach Redis and how long to wait for it.
 #[derive(Clone, Debug)]
@@ -362,8 +370,10 @@ async fn keep_subscriptions(
                     subscribed.insert(channel);
                 }
                 Err(error) => {
-                    if subscriptions.failing().insert(channel.clone()) {
-                        tracing::warn!(%channel, %error, "cannot subscribe to wake-ups; retrying");
+                    if subscriptions.failing().insert(channel.clone())
+                        && let Some(suppressed) = SUBSCRIBE_FAILED.admit()
+                    {
+                        tracing::warn!(suppressed, %channel, %error, "cannot subscribe to wake-ups; retrying");
                     }
                     retry_later(&subscriptions, channel);
                 }
@@ -413,7 +423,11 @@ async fn resubscribe_on_connect(
             event = cluster_changes.recv() => event.map(|_| "cluster topology changed".to_owned()),
         };
         match event {
-            Ok(event) => tracing::info!("{event}: subscribing to wake-ups again"),
+            Ok(event) => {
+                if let Some(suppressed) = RESUBSCRIBING.admit() {
+                    tracing::info!(suppressed, "{event}: subscribing to wake-ups again");
+                }
+            }
             Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return,
         }
