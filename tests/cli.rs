@@ -100,6 +100,97 @@ async fn readme_cli_examples_work() {
     }
 }
 
+/// A holder the server would refuse today (written by an older server, or into Redis by
+/// something else) with a terminal escape, newlines, NUL, a C1 CSI and a right-to-left override:
+/// `describe`, a busy `acquire` and a busy `run` print it escaped, and `--json` escapes it too
+/// while parsing back to the stored bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_from_the_server_are_printed_escaped() {
+    const HOSTILE: &str = "evil\u{1b}[2J\u{1b}]0;owned\u{7}\nfake line\r\0\u{9b}31m\u{202e}txt";
+    const ESCAPED: &str =
+        r#"holder="evil\u{1b}[2J\u{1b}]0;owned\u{7}\nfake line\r\0\u{9b}31m\u{202e}txt""#;
+    let setup = setup().await;
+    let endpoint = setup.server.endpoint();
+    let mut client = setup.server.client().await;
+    must_acquire(&mut client, "cli/hostile", 60_000).await;
+    let added = setup
+        .redis
+        .query(&["HSET", "leased:{cli/hostile}:owner", "holder", HOSTILE])
+        .unwrap();
+    assert_eq!(added.as_int(), Some(0), "the holder field was overwritten");
+    assert_eq!(describe(&mut client, "cli/hostile").await.holder, HOSTILE);
+
+    let first_raw_control = |text: &[u8]| {
+        let text = String::from_utf8_lossy(text);
+        let body = text.strip_suffix('\n').unwrap_or(&text);
+        body.chars()
+            .find(|c| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}'))
+    };
+    let mut describe_text = leased(&endpoint);
+    describe_text.args(["describe", "cli/hostile"]);
+    let mut acquire_text = leased(&endpoint);
+    acquire_text.args(["acquire", "cli/hostile", "--ttl", "5s"]);
+    for (what, command, code) in [
+        ("describe", describe_text, 0),
+        ("acquire", acquire_text, NOT_GRANTED),
+    ] {
+        let output = output_of(command);
+        let text = stdout(&output);
+        assert_eq!(output.status.code(), Some(code), "{what}: {text:?}");
+        assert_eq!(first_raw_control(&output.stdout), None, "{what}: {text:?}");
+        assert!(text.contains(ESCAPED), "{what}: {text}");
+        assert_eq!(text.lines().count(), 1, "{what}: {text:?}");
+    }
+
+    let mut run = leased(&endpoint);
+    run.args(["run", "cli/hostile", "--ttl", "5s", "--", "true"]);
+    let output = output_of(run);
+    assert_eq!(output.status.code(), Some(NOT_GRANTED));
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(first_raw_control(&output.stderr), None, "run: {errors:?}");
+    assert!(
+        errors.contains(ESCAPED.strip_prefix("holder=").unwrap()),
+        "run: {errors}"
+    );
+
+    let mut describe_json = leased(&endpoint);
+    describe_json.args(["describe", "cli/hostile", "--json"]);
+    let output = output_of(describe_json);
+    let text = stdout(&output);
+    assert_eq!(
+        first_raw_control(&output.stdout),
+        None,
+        "describe --json: {text:?}"
+    );
+    assert!(
+        text.contains(r"\u001b[2J") && text.contains(r"\u202e"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["holder"], HOSTILE);
+
+    // Today's server refuses such a holder; the CLI prints the refusal escaped as well.
+    let mut refused = leased(&endpoint);
+    refused.args([
+        "acquire",
+        "cli/refused",
+        "--ttl",
+        "5s",
+        "--holder",
+        "a\u{1b}[2Jb",
+    ]);
+    let output = output_of(refused);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{errors}");
+    assert_eq!(first_raw_control(&output.stderr), None, "{errors:?}");
+    assert!(
+        errors.contains(
+            r"invalid holder: must not contain control characters, found '\u{1b}' at byte 1"
+        ),
+        "{errors}"
+    );
+}
+
 /// `acquire` of a busy lease and `run` of a busy lease exit 75 without running the command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_lease_exits_75_and_does_not_run_the_command() {

@@ -1,9 +1,14 @@
 //! The `leased` command line: `serve`, and the client subcommands `acquire`, `release`,
 //! `describe` and `run` (flock(1) for a fleet).
+//!
+//! Text that comes from the server (holders, names, lease ids, reasons, error messages) is never
+//! printed raw: a holder written by an older server or straight into Redis may hold terminal
+//! escapes or bidirectional overrides. Human output escapes them ([`Escaped`], holders quoted
+//! with `{:?}`); `--json` output escapes them as JSON `\uXXXX` ([`json_line`]).
 
 mod run;
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{fmt, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -12,6 +17,7 @@ use crate::{
         AcquireOptions, ClientError, ConnectOptions, CurrentHolder, LeaseClient, default_holder,
     },
     config::ServeConfig,
+    lease::limits::is_control_or_bidi,
 };
 
 /// Exit codes of the client subcommands, besides 0 (success) and CMD's own code under `run`.
@@ -160,7 +166,7 @@ pub async fn run_client(command: Command) -> ExitCode {
         Command::Run(args) => return run::run(args).await,
     };
     result.unwrap_or_else(|error| {
-        eprintln!("leased: {error}");
+        eprintln!("leased: {}", Escaped(&error.to_string()));
         ExitCode::from(exit_code::ERROR)
     })
 }
@@ -181,13 +187,13 @@ async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
                     "ttl_ms": grant.ttl.as_millis() as u64,
                     "expires_at_ms": grant.expires_at_ms,
                 });
-                println!("{json}");
+                println!("{}", json_line(&json));
             } else {
                 println!(
                     "granted {} fencing_token={} lease_id={} ttl={}",
-                    grant.name,
+                    Escaped(&grant.name),
                     grant.fencing_token,
-                    grant.lease_id,
+                    Escaped(&grant.lease_id),
                     humantime::format_duration(grant.ttl)
                 );
             }
@@ -203,18 +209,14 @@ async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
 async fn release(args: ReleaseArgs) -> Result<ExitCode, ClientError> {
     let client = args.endpoint.connect().await?;
     let released = client.release(&args.name, &args.lease_id).await?;
+    let name = Escaped(&args.name);
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({ "name": args.name, "released": released })
-        );
+        let json = serde_json::json!({ "name": args.name, "released": released });
+        println!("{}", json_line(&json));
     } else if released {
-        println!("released {}", args.name);
+        println!("released {name}");
     } else {
-        println!(
-            "not held {} (already released, expired or taken over)",
-            args.name
-        );
+        println!("not held {name} (already released, expired or taken over)");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -227,27 +229,143 @@ async fn describe(args: DescribeArgs) -> Result<ExitCode, ClientError> {
 }
 
 /// Prints who holds `name` (`state` names the situation: held, not_granted), or that it is free.
+/// The holder is server-provided: quoted with `{:?}`, which escapes quotes, backslashes and
+/// every character [`is_control_or_bidi`] covers (`\u{1b}`, `\n`, `\0`, `\u{202e}`).
 fn print_holder(name: &str, state: &str, holder: Option<&CurrentHolder>, json: bool) {
     let remaining_ms = |h: &CurrentHolder| h.remaining.map_or(-1, |r| r.as_millis() as i64);
-    match (holder, json) {
-        (Some(h), true) => println!(
-            "{}",
-            serde_json::json!({
-                "name": name,
-                "held": true,
-                "granted": false,
-                "holder": h.holder,
-                "fencing_token": h.fencing_token,
-                "remaining_ms": remaining_ms(h),
-            })
-        ),
-        (Some(h), false) => println!(
+    let json_value = match (holder, json) {
+        (_, false) => None,
+        (Some(h), true) => Some(serde_json::json!({
+            "name": name,
+            "held": true,
+            "granted": false,
+            "holder": h.holder,
+            "fencing_token": h.fencing_token,
+            "remaining_ms": remaining_ms(h),
+        })),
+        (None, true) => Some(serde_json::json!({ "name": name, "held": false })),
+    };
+    if let Some(json) = json_value {
+        println!("{}", json_line(&json));
+        return;
+    }
+    let name = Escaped(name);
+    match holder {
+        Some(h) => println!(
             "{state} {name} holder={:?} fencing_token={} remaining_ms={}",
             h.holder,
             h.fencing_token,
             remaining_ms(h)
         ),
-        (None, true) => println!("{}", serde_json::json!({ "name": name, "held": false })),
-        (None, false) => println!("free {name}"),
+        None => println!("free {name}"),
+    }
+}
+
+/// Server-provided (or user-provided) text in human output: every character a terminal would act
+/// on instead of showing ([`is_control_or_bidi`]) is written as its Rust escape (`\u{1b}`,
+/// `\n`, `\u{202e}`); all other text as it is.
+struct Escaped<'a>(&'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for_each_run(self.0, |plain, hidden| {
+            f.write_str(plain)?;
+            hidden.map_or(Ok(()), |c| write!(f, "{}", c.escape_debug()))
+        })
+    }
+}
+
+/// Calls `write` with each run of `text` up to an [`is_control_or_bidi`] character and that
+/// character, in order; the last run comes with `None`.
+fn for_each_run<E>(
+    text: &str,
+    mut write: impl FnMut(&str, Option<char>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut rest = text;
+    while let Some((at, hidden)) = rest.char_indices().find(|(_, c)| is_control_or_bidi(*c)) {
+        write(&rest[..at], Some(hidden))?;
+        rest = &rest[at + hidden.len_utf8()..];
+    }
+    write(rest, None)
+}
+
+/// `value` as one line of JSON. serde_json escapes only C0 controls, `"` and `\\`; DEL, the C1
+/// controls (U+009B is CSI to some terminals) and the bidirectional formatting characters are
+/// escaped here as `\uXXXX` as well, so that `--json` output printed to a terminal is safe too.
+/// A JSON parser reads the same strings back.
+fn json_line(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, TerminalSafeJson);
+    serde::Serialize::serialize(value, &mut serializer).expect("a JSON value always serializes");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// serde_json's compact format, with [`is_control_or_bidi`] characters escaped in strings.
+struct TerminalSafeJson;
+
+impl serde_json::ser::Formatter for TerminalSafeJson {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        // Every such character is in the Basic Multilingual Plane: one \uXXXX escape each.
+        for_each_run(fragment, |plain, hidden| {
+            writer.write_all(plain.as_bytes())?;
+            hidden.map_or(Ok(()), |c| write!(writer, "\\u{:04x}", c as u32))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every character the server refuses in a holder (none is above U+2069).
+    fn hidden_characters() -> impl Iterator<Item = char> {
+        ('\0'..='\u{2069}').filter(|c| is_control_or_bidi(*c))
+    }
+
+    #[test]
+    fn escaped_text_has_no_control_or_bidi_characters() {
+        assert_eq!(
+            Escaped("a\u{1b}[2Jb\nc\0d\u{9b}e\u{202e}f").to_string(),
+            "a\\u{1b}[2Jb\\nc\\0d\\u{9b}e\\u{202e}f"
+        );
+        assert_eq!(
+            Escaped("host-a/pid-42 ünï 🦀").to_string(),
+            "host-a/pid-42 ünï 🦀"
+        );
+        let all: String = hidden_characters().collect();
+        assert_eq!(
+            all.chars().count(),
+            65 + 12,
+            "Cc is 65 characters, the bidi set 12"
+        );
+        assert!(!Escaped(&all).to_string().chars().any(is_control_or_bidi));
+    }
+
+    /// `print_holder` relies on `{:?}` escaping these; this fails if the standard library's
+    /// `Debug` for `str` ever stops doing so.
+    #[test]
+    fn debug_quoting_escapes_every_control_and_bidi_character() {
+        for c in hidden_characters() {
+            let quoted = format!("{:?}", format!("x{c}y"));
+            assert!(!quoted.chars().any(is_control_or_bidi), "{:?}", c);
+        }
+    }
+
+    #[test]
+    fn json_lines_escape_control_and_bidi_characters_and_parse_back() {
+        let holder: String = hidden_characters().chain("ünï \"\\ 🦀".chars()).collect();
+        let line = json_line(&serde_json::json!({ "holder": holder }));
+        assert!(!line.chars().any(is_control_or_bidi), "{line}");
+        assert!(line.contains(r"\u001b") && line.contains(r"\u009b") && line.contains(r"\u202e"));
+        let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(parsed["holder"], holder.as_str());
+        assert_eq!(
+            json_line(&serde_json::json!({ "name": "a", "held": false })),
+            r#"{"held":false,"name":"a"}"#
+        );
     }
 }

@@ -8,7 +8,7 @@ use tokio::{
     signal::unix::{Signal, SignalKind, signal},
 };
 
-use super::{EndpointArgs, LeaseArgs, exit_code};
+use super::{EndpointArgs, Escaped, LeaseArgs, exit_code};
 use crate::client::{Acquired, LostReason};
 
 /// `leased run`.
@@ -45,9 +45,12 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
     let guard = match client.acquire(name, args.lease.options()).await {
         Ok(Acquired::Granted(guard)) => guard,
         Ok(Acquired::NotGranted(holder)) => {
+            // The holder is quoted with `{:?}`, which escapes control and bidi characters.
             eprintln!(
                 "leased run: {} is held by {:?} (fencing token {}); not running the command",
-                name, holder.holder, holder.fencing_token
+                Escaped(name),
+                holder.holder,
+                holder.fencing_token
             );
             return ExitCode::from(exit_code::NOT_GRANTED);
         }
@@ -88,7 +91,12 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
                     Err(error) => return fail(&format!("waiting for the command: {error}")),
                 };
                 if let Err(error) = guard.release().await {
-                    eprintln!("leased run: could not release {} (it expires at its TTL): {error}", name);
+                    let error = error.to_string();
+                    eprintln!(
+                        "leased run: could not release {} (it expires at its TTL): {}",
+                        Escaped(name),
+                        Escaped(&error)
+                    );
                 }
                 return ExitCode::from(code);
             }
@@ -103,7 +111,11 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
 
 /// SIGTERM, then SIGKILL if CMD is still running after `kill_after`.
 async fn stop_child(child: &mut Child, reason: &LostReason, kill_after: Duration) {
-    eprintln!("leased run: {reason}; stopping the command");
+    // The reason carries the server's `Lost.reason` or error message.
+    eprintln!(
+        "leased run: {}; stopping the command",
+        Escaped(&reason.to_string())
+    );
     send_signal(child, libc::SIGTERM);
     if tokio::time::timeout(kill_after, child.wait())
         .await
@@ -131,7 +143,8 @@ fn exit_code_of(status: std::process::ExitStatus) -> u8 {
     }
 }
 
+/// `message` may carry the server's error message: printed escaped.
 fn fail(message: &str) -> ExitCode {
-    eprintln!("leased run: {message}");
+    eprintln!("leased run: {}", Escaped(message));
     ExitCode::from(exit_code::ERROR)
 }

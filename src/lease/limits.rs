@@ -49,6 +49,7 @@ impl Limits {
                 format!("must be at most {MAX_HOLDER_BYTES} bytes"),
             ));
         }
+        refuse_hidden_characters("holder", &holder)?;
         let ttl = self.ttl("ttl_ms", ttl_ms)?;
         let wait = self.wait(wait_ms)?;
         Ok(ValidatedAcquire {
@@ -72,12 +73,24 @@ impl Limits {
         Ok(Duration::from_millis(ttl_ms as u64))
     }
 
-    /// Validates a renewal TTL: 0 means "keep the granted TTL" (`None`).
+    /// Validates a renewal TTL: 0 means "keep the granted TTL" (`None`), else as [`Self::ttl`].
     pub fn renew_ttl(&self, ttl_ms: i64) -> Result<Option<Duration>> {
-        match ttl_ms {
-            0 => Ok(None),
-            _ => self.ttl("ttl_ms", ttl_ms).map(Some),
+        if ttl_ms == 0 {
+            return Ok(None);
         }
+        // The message must say that 0 is valid too, or a caller who sent a small TTL reads that
+        // the only way out is a TTL of at least the minimum.
+        self.ttl("ttl_ms", ttl_ms).map(Some).map_err(|_| {
+            let min_ms = MIN_TTL.as_millis();
+            let max_ms = self.max_ttl.as_millis();
+            Error::invalid(
+                "ttl_ms",
+                format!(
+                    "must be 0 (keep the granted TTL) or between {min_ms} and {max_ms} \
+                     milliseconds, got {ttl_ms}"
+                ),
+            )
+        })
     }
 
     /// Validates `wait_ms`: from 0 to `max_wait`.
@@ -131,6 +144,44 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/' | '@')
 }
 
+/// Characters that free text the server echoes back (a `holder`, in `Describe`, `Waiting` and
+/// `NotGranted`) must not contain: a terminal or log viewer that shows it would act on them
+/// instead of showing them. Unicode category Cc (C0 such as NUL, ESC and newline; DEL; C1 such
+/// as CSI) moves the cursor, recolours or clears the screen; the bidirectional formatting
+/// characters reorder the text around them, so that what an operator reads is not what is there.
+pub fn is_control_or_bidi(c: char) -> bool {
+    c.is_control() || is_bidi_formatting(c)
+}
+
+/// The bidirectional formatting characters: ALM, LRM, RLM, the embeddings and overrides
+/// (LRE, RLE, PDF, LRO, RLO) and the isolates (LRI, RLI, FSI, PDI).
+fn is_bidi_formatting(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// Refuses `text` if it contains a character of [`is_control_or_bidi`], saying which (escaped,
+/// so the error itself is safe to print) and at which byte.
+fn refuse_hidden_characters(field: &'static str, text: &str) -> Result<()> {
+    let Some((at, bad)) = text.char_indices().find(|(_, c)| is_control_or_bidi(*c)) else {
+        return Ok(());
+    };
+    let kind = if bad.is_control() {
+        "control characters"
+    } else {
+        "bidirectional formatting characters"
+    };
+    Err(Error::invalid(
+        field,
+        format!(
+            "must not contain {kind}, found '{}' at byte {at}",
+            bad.escape_unicode()
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +211,89 @@ mod tests {
         assert!(limits.wait(-1).is_err());
         assert!(limits.wait(600_001).is_err());
         assert_eq!(limits.renew_ttl(0).unwrap(), None);
+    }
+
+    #[test]
+    fn renew_ttl_message_says_that_zero_keeps_the_granted_ttl() {
+        let limits = Limits::default();
+        assert_eq!(limits.renew_ttl(10).unwrap(), Some(MIN_TTL));
+        for bad in [5, -1, 86_400_001] {
+            assert_eq!(
+                limits.renew_ttl(bad).unwrap_err().to_string(),
+                format!(
+                    "invalid ttl_ms: must be 0 (keep the granted TTL) or between 10 and 86400000 \
+                     milliseconds, got {bad}"
+                )
+            );
+        }
+        // Acquire has no "keep": its message does not offer 0.
+        let acquire = limits.ttl("ttl_ms", 0).unwrap_err().to_string();
+        assert!(!acquire.contains("keep"), "{acquire}");
+    }
+
+    fn holder_error(holder: &str) -> String {
+        Limits::default()
+            .validate_acquire("a", holder.to_owned(), 1_000, 0)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn holders_refuse_control_characters_saying_which_and_where() {
+        assert_eq!(
+            holder_error("abc\u{1b}[2J"),
+            "invalid holder: must not contain control characters, found '\\u{1b}' at byte 3"
+        );
+        assert_eq!(
+            holder_error("ünï\n"),
+            "invalid holder: must not contain control characters, found '\\u{a}' at byte 5"
+        );
+        for control in ['\0', '\t', '\r', '\u{7f}', '\u{80}', '\u{9b}', '\u{9f}'] {
+            let error = holder_error(&format!("host-a{control}"));
+            assert!(
+                error.starts_with("invalid holder: must not contain control"),
+                "{error}"
+            );
+            assert!(error.ends_with("at byte 6"), "{error}");
+        }
+    }
+
+    #[test]
+    fn holders_refuse_bidirectional_formatting_characters() {
+        let bidi = ['\u{061C}', '\u{200E}', '\u{200F}']
+            .into_iter()
+            .chain('\u{202A}'..='\u{202E}')
+            .chain('\u{2066}'..='\u{2069}');
+        for c in bidi {
+            let error = holder_error(&format!("x{c}y"));
+            let expected = format!(
+                "invalid holder: must not contain bidirectional formatting characters, \
+                 found '{}' at byte 1",
+                c.escape_unicode()
+            );
+            assert_eq!(error, expected);
+        }
+    }
+
+    #[test]
+    fn holders_keep_any_other_text() {
+        let limits = Limits::default();
+        // Neighbours of the refused ranges, emoji, right-to-left script, zero-width joiners and
+        // spaces are text, not formatting that reorders: accepted as they are.
+        for holder in [
+            "",
+            "host-a/pid-42",
+            "ünïcödé 漢字 🦀",
+            "עברית العربية",
+            "a\u{200D}b\u{200B}c\u{00A0}d",
+            "\u{A0}\u{2029}\u{202F}\u{2065}\u{206A}\u{061B}\u{061D}",
+            "~ \\ \"'",
+        ] {
+            let request = limits
+                .validate_acquire("a", holder.to_owned(), 1_000, 0)
+                .unwrap_or_else(|error| panic!("{holder:?}: {error}"));
+            assert_eq!(request.holder, holder);
+        }
     }
 
     #[test]

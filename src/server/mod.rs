@@ -130,7 +130,7 @@ async fn serve_and_drain(
         let shutdown = shutdown.clone();
         async move { shutdown.fired().await }
     };
-    let serving = Server::builder()
+    let serving = http2_limits(Server::builder())
         .http2_keepalive_interval(Some(options.keepalive_interval))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         .max_concurrent_streams(Some(options.max_concurrent_streams))
@@ -153,13 +153,23 @@ async fn serve_and_drain(
     }
 }
 
+/// HTTP/2 limits that hyper and h2 default to, set here so that an upgrade cannot move what the
+/// README's table of answers says: 16 KiB of headers per call (431 past it, GOAWAY far past it),
+/// and GOAWAY ENHANCE_YOUR_CALM once 20 streams reset by the client wait to be accepted (rapid
+/// reset).
+fn http2_limits(builder: Server) -> Server {
+    builder
+        .http2_max_header_list_size(Some(16 * 1024))
+        .http2_max_pending_accept_reset_streams(Some(20))
+}
+
 /// The plaintext health port, until `shutdown` fires.
 async fn serve_health_only(
     routes: Routes,
     incoming: impl Stream<Item = Result<Connection, Infallible>>,
     shutdown: Shutdown,
 ) {
-    let serving = Server::builder()
+    let serving = http2_limits(Server::builder())
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, async move { shutdown.fired().await });
     if let Err(error) = serving.await {
