@@ -4,6 +4,8 @@
 //!   each time and the process stays alive;
 //! - property tests over `leased::lease::limits` and over the store boundary (both stores);
 //! - HTTP/2 streams per connection, waiters per name, leases per Renew stream;
+//! - HTTP/2-level input that never reaches a handler (metadata past the header list limit, rapid
+//!   reset, HTTP/1.1 or a non-gRPC body on the gRPC port, unknown methods), in process;
 //! - load: 5,000 Renew streams and 500 blocked waiters on one process, memory and descriptors
 //!   bounded, and SIGTERM under that load drains and exits 0.
 //!
@@ -15,9 +17,15 @@
 //! | a request of exactly the limit | accepted |
 //! | a `string` field with invalid UTF-8, a wrong wire type, a truncated message | `INTERNAL` (tonic maps protobuf decode errors to INTERNAL, as gRPC's status-code guide says) |
 //! | unknown fields | ignored (proto3): the request is served |
+//! | metadata from 16 KiB to 64 KiB (HTTP/2 header list: name + value + 32 B per entry) | HTTP 431 on that stream: tonic says `UNKNOWN` ("... mapped from HTTP status code 431"); the connection stays |
+//! | metadata past 64 KiB | GOAWAY ENHANCE_YOUR_CALM: tonic says `RESOURCE_EXHAUSTED`, or `UNKNOWN` "transport error" when the server closes while it still sends (~1 MiB) |
+//! | streams opened and reset at once (rapid reset) | GOAWAY ENHANCE_YOUR_CALM ("too_many_resets") on that connection |
+//! | HTTP/1.1 on the gRPC port | no HTTP/1.1 answer: an HTTP/2 SETTINGS frame (or nothing), then the connection closes |
+//! | an HTTP/2 body that is not gRPC framing (any content-type) | HTTP 200, `INTERNAL` (decode error) |
+//! | an unknown method or service, `GET /` | `UNIMPLEMENTED` |
 //! | more than `--max-concurrent-streams` streams on one connection | the extra call waits in the client (HTTP/2 flow control) until a stream ends; no error |
 //! | more than `--max-waiters-per-name` waiters on one name | `RESOURCE_EXHAUSTED` |
-//! | more than `--max-leases-per-stream` leases on one Renew stream | `RESOURCE_EXHAUSTED`, the stream ends |
+//! | more than `--max-leases-per-stream` leases held at once on one Renew stream | `RESOURCE_EXHAUSTED`, the stream ends |
 
 mod common;
 
@@ -35,7 +43,8 @@ use leased::{
     lease::{
         Limits,
         limits::{
-            MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES, parse_lease_id, parse_name,
+            MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES, is_control_or_bidi,
+            parse_lease_id, parse_name,
         },
     },
     proto::{
@@ -544,15 +553,40 @@ fn is_documented_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "._-:/@".contains(c))
 }
 
-/// UTF-8 holders up to 256 bytes (multi-byte characters count by their bytes).
+/// UTF-8 holders up to 256 bytes (multi-byte characters count by their bytes), without control
+/// or bidirectional formatting characters.
 fn valid_holder() -> impl Strategy<Value = String> {
-    prop::collection::vec(any::<char>(), 0..=MAX_HOLDER_BYTES).prop_map(|chars| {
+    let text_char = any::<char>().prop_filter("text", |c| !is_control_or_bidi(*c));
+    prop::collection::vec(text_char, 0..=MAX_HOLDER_BYTES).prop_map(|chars| {
         let mut holder = String::new();
         for c in chars {
             if holder.len() + c.len_utf8() > MAX_HOLDER_BYTES {
                 break;
             }
             holder.push(c);
+        }
+        holder
+    })
+}
+
+/// A valid holder with one control or bidirectional formatting character inserted.
+fn holder_with_a_hidden_character() -> impl Strategy<Value = String> {
+    let hidden = prop_oneof![
+        prop_oneof![0u32..=0x1f, 0x7fu32..=0x9f].prop_map(|c| char::from_u32(c).unwrap()),
+        Just('\u{1b}'),
+        Just('\n'),
+        Just('\0'),
+        Just('\u{202e}'),
+        Just('\u{2066}'),
+        Just('\u{061c}'),
+    ];
+    (valid_holder(), hidden, any::<prop::sample::Index>()).prop_map(|(holder, hidden, at)| {
+        let mut chars: Vec<char> = holder.chars().collect();
+        chars.insert(at.index(chars.len() + 1), hidden);
+        let mut holder: String = chars.into_iter().collect();
+        while holder.len() > MAX_HOLDER_BYTES {
+            let last = holder.char_indices().rev().find(|(_, c)| *c != hidden);
+            holder.remove(last.expect("longer than one character").0);
         }
         holder
     })
@@ -584,7 +618,12 @@ fn validation_accepts_exactly_the_documented_inputs() {
     };
     let request = (
         valid_name(),
-        prop_oneof![valid_holder(), any::<String>(), "[a-z]{250,270}"],
+        prop_oneof![
+            valid_holder(),
+            any::<String>(),
+            "[a-z]{250,270}",
+            holder_with_a_hidden_character()
+        ],
         prop_oneof![
             any::<i64>(),
             -20i64..3_600_020,
@@ -602,7 +641,8 @@ fn validation_accepts_exactly_the_documented_inputs() {
     );
     runner
         .run(&request, |(name, holder, ttl_ms, wait_ms)| {
-            let holder_ok = holder.len() <= MAX_HOLDER_BYTES;
+            let holder_ok =
+                holder.len() <= MAX_HOLDER_BYTES && !holder.chars().any(is_control_or_bidi);
             let ttl_ok = (10..=3_600_000).contains(&ttl_ms);
             let wait_ok = (0..=60_000).contains(&wait_ms);
             let answer = limits.validate_acquire(&name, holder.clone(), ttl_ms, wait_ms);
@@ -649,9 +689,10 @@ fn validation_accepts_exactly_the_documented_inputs() {
         .unwrap();
 }
 
-/// Arbitrary valid names and holders (any UTF-8, up to 256 bytes) round-trip through Acquire,
-/// Describe and Release on both stores; arbitrary invalid names and holders are
-/// INVALID_ARGUMENT naming the field, on every RPC that takes them.
+/// Arbitrary valid names and holders (any UTF-8 text, up to 256 bytes) round-trip through
+/// Acquire, Describe and Release on both stores; arbitrary invalid names and holders (too long,
+/// or with a control or bidirectional formatting character) are INVALID_ARGUMENT naming the
+/// field, on every RPC that takes them.
 #[test]
 fn arbitrary_requests_round_trip_or_are_refused_naming_the_field() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -707,6 +748,11 @@ fn arbitrary_requests_round_trip_or_are_refused_naming_the_field() {
                 .prop_filter("invalid names", |name| !is_documented_name(name))
                 .prop_map(|name| ("name", name, String::new())),
             "[a-z]{257,300}".prop_map(|holder| ("holder", "valid".to_owned(), holder)),
+            holder_with_a_hidden_character().prop_map(|holder| (
+                "holder",
+                "valid".to_owned(),
+                holder
+            )),
         ];
         runner
             .run(&invalid, |(field, name, holder)| {
@@ -768,6 +814,412 @@ fn arbitrary_requests_round_trip_or_are_refused_naming_the_field() {
         drop(client);
         drop(server);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP/2-level answers: input that never reaches leased's handlers (hyper, h2 and tonic answer
+// it). The README's table of answers lists each with the status a client sees.
+
+/// The server's HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE: hyper's default (leased does not set it).
+/// HTTP/2 counts a header list as name + value + 32 bytes per entry, pseudo-headers included.
+const HEADER_LIST_LIMIT: usize = 16 * 1024;
+/// h2 closes the connection, instead of refusing one stream, past this multiple of the limit.
+const HEADER_LIST_ABUSE_MULTIPLIER: usize = 4;
+
+/// A Describe with one `x-padding` metadata entry of `padding` bytes, on `client`'s connection.
+async fn describe_with_padding(
+    client: &mut LeaseServiceClient<Channel>,
+    padding: usize,
+) -> Result<DescribeResponse, Status> {
+    let mut request = tonic::Request::new(DescribeRequest {
+        name: "http2/metadata".into(),
+    });
+    let value = "p".repeat(padding).parse().unwrap();
+    request.metadata_mut().insert("x-padding", value);
+    client
+        .describe(request)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// A raw HTTP/2 connection (the `h2` crate, as tonic uses it) and the task driving it, whose
+/// result says how the connection ended.
+async fn h2_connect(
+    address: std::net::SocketAddr,
+) -> (
+    h2::client::SendRequest<prost::bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    (send, tokio::spawn(connection))
+}
+
+/// A request head for `path` with these headers.
+fn h2_request(
+    address: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> tonic::codegen::http::Request<()> {
+    let mut request = tonic::codegen::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{address}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(()).unwrap()
+}
+
+/// Sends one request with `body` on a new raw HTTP/2 connection; the response's HTTP status and
+/// its `grpc-status` (from the headers of a trailers-only answer, or from the trailers).
+async fn h2_call(
+    address: std::net::SocketAddr,
+    request: tonic::codegen::http::Request<()>,
+    body: &'static [u8],
+) -> (u16, Option<String>) {
+    let (send, _connection) = h2_connect(address).await;
+    let mut send = send.ready().await.unwrap();
+    let (response, mut stream) = send.send_request(request, body.is_empty()).unwrap();
+    if !body.is_empty() {
+        stream
+            .send_data(prost::bytes::Bytes::from_static(body), true)
+            .unwrap();
+    }
+    let response = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("no answer within 5 s")
+        .unwrap();
+    let status = response.status().as_u16();
+    let (head, mut body) = response.into_parts();
+    let grpc_status = |headers: &tonic::codegen::http::HeaderMap| {
+        headers
+            .get("grpc-status")
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    if let Some(code) = grpc_status(&head.headers) {
+        return (status, Some(code));
+    }
+    while let Some(chunk) = body.data().await {
+        chunk.unwrap();
+    }
+    let trailers = body.trailers().await.unwrap();
+    (status, trailers.as_ref().and_then(grpc_status))
+}
+
+/// The server's first SETTINGS frame, as (identifier, value) pairs, read after sending the
+/// client preface and an empty SETTINGS frame over raw TCP.
+async fn server_settings(address: std::net::SocketAddr) -> Vec<(u16, u32)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let mut header = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_exact(&mut header))
+        .await
+        .expect("no SETTINGS within 5 s")
+        .unwrap();
+    assert_eq!(
+        header[3], 4,
+        "the server's first frame is SETTINGS: {header:?}"
+    );
+    let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+    let mut payload = vec![0u8; length];
+    tcp.read_exact(&mut payload).await.unwrap();
+    payload
+        .chunks(6)
+        .map(|setting| {
+            let (identifier, value) = setting.split_at(2);
+            (
+                u16::from_be_bytes(identifier.try_into().unwrap()),
+                u32::from_be_bytes(value.try_into().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// Sends the head of a Describe with an `x-padding` header of `padding` bytes on a new raw
+/// HTTP/2 connection: the connection's handle, the answer to come, and the connection's task.
+async fn h2_padded_describe(
+    address: std::net::SocketAddr,
+    padding: usize,
+) -> (
+    h2::client::SendRequest<prost::bytes::Bytes>,
+    h2::client::ResponseFuture,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let (send, connection) = h2_connect(address).await;
+    let mut send = send.ready().await.unwrap();
+    let padding = "p".repeat(padding);
+    let request = h2_request(
+        address,
+        "POST",
+        "/lease.v1.LeaseService/Describe",
+        &[
+            ("content-type", "application/grpc"),
+            ("x-padding", &padding),
+        ],
+    );
+    let (response, _) = send.send_request(request, true).unwrap();
+    (send, response, connection)
+}
+
+/// Metadata (HTTP/2 headers) past the server's header list limit, sent by a tonic client (which,
+/// unlike grpc-go, does not check the limit the server advertises before sending):
+/// - under 16 KiB in all: served;
+/// - from 16 KiB to 64 KiB: HTTP 431 on that stream, which tonic reports as UNKNOWN ("grpc-status
+///   header missing, mapped from HTTP status code 431"); the connection stays up;
+/// - past 64 KiB: GOAWAY ENHANCE_YOUR_CALM ("header_list_way_too_large"), tonic reports
+///   RESOURCE_EXHAUSTED, or for a block the client is still sending (hundreds of KiB) the
+///   connection's end as UNKNOWN "transport error"; the client connects again for its next call.
+/// The server keeps serving every other connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_past_the_header_list_limit_is_refused_by_http2() {
+    let server = Leased::start(None).await;
+    const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 6;
+    let advertised = server_settings(server.address).await;
+    assert!(
+        advertised.contains(&(SETTINGS_MAX_HEADER_LIST_SIZE, HEADER_LIST_LIMIT as u32)),
+        "the server advertises a {HEADER_LIST_LIMIT}-byte header list: {advertised:?}"
+    );
+    let mut bystander = server.client().await;
+    let mut client = server.client().await;
+
+    describe_with_padding(&mut client, 15 * 1024).await.unwrap();
+
+    // 1,000 entries of a few bytes count 32 bytes of overhead each: past the limit as well.
+    let mut many_entries = tonic::Request::new(DescribeRequest {
+        name: "http2/metadata".into(),
+    });
+    for index in 0..1_000 {
+        let key = format!("x-entry-{index}");
+        let key = tonic::metadata::MetadataKey::from_bytes(key.as_bytes()).unwrap();
+        many_entries
+            .metadata_mut()
+            .insert(key, "v".parse().unwrap());
+    }
+    let padded = [
+        describe_with_padding(&mut client, HEADER_LIST_LIMIT).await,
+        describe_with_padding(&mut client, 60 * 1024).await,
+        client
+            .describe(many_entries)
+            .await
+            .map(tonic::Response::into_inner),
+    ];
+    for answer in padded {
+        let status = answer.unwrap_err();
+        assert_eq!(status.code(), Code::Unknown, "{status:?}");
+        assert!(status.message().contains("431"), "{status:?}");
+        // Only that stream was refused: the same connection serves the next call.
+        describe(&mut client, "http2/metadata").await;
+    }
+    // On the wire: an HTTP 431 answer on that stream.
+    let (_send, response, _connection) =
+        h2_padded_describe(server.address, HEADER_LIST_LIMIT).await;
+    let response = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("no answer within 5 s")
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 431);
+
+    let way_too_large = HEADER_LIST_ABUSE_MULTIPLIER * HEADER_LIST_LIMIT + 16 * 1024;
+    let status = describe_with_padding(&mut client, way_too_large)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    // On the wire: GOAWAY, and the connection ends.
+    let (_send, _response, connection) = h2_padded_describe(server.address, way_too_large).await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("the connection was not closed within 5 s")
+        .unwrap()
+        .unwrap_err();
+    assert!(ended.is_go_away() && ended.is_remote(), "{ended:?}");
+    assert_eq!(
+        ended.reason(),
+        Some(h2::Reason::ENHANCE_YOUR_CALM),
+        "{ended}"
+    );
+    assert!(
+        ended.to_string().contains("header_list_way_too_large"),
+        "{ended}"
+    );
+
+    // 1 MiB (on a connection of its own): the server closes the connection while the client
+    // still writes the header block; whether tonic reports the GOAWAY (RESOURCE_EXHAUSTED) or
+    // the closed socket (UNKNOWN "transport error") depends on that race.
+    let mut huge = server.client().await;
+    let status = describe_with_padding(&mut huge, 1 << 20).await.unwrap_err();
+    assert!(
+        matches!(
+            status.code(),
+            Code::ResourceExhausted | Code::Unknown | Code::Unavailable
+        ),
+        "{status:?}"
+    );
+
+    // Clients whose connection was closed connect again (a call on the closing connection may
+    // still end CANCELLED), and nobody else noticed.
+    for client in [&mut client, &mut huge] {
+        let started = Instant::now();
+        while describe_with_padding(client, 0).await.is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the client never reconnected"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    describe(&mut bystander, "http2/metadata").await;
+}
+
+/// Rapid reset (CVE-2023-44487): a client that opens streams and resets them at once, faster
+/// than the server takes them up, gets GOAWAY ENHANCE_YOUR_CALM ("too_many_resets") from h2
+/// within a few hundred streams; other connections are served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_gets_goaway_enhance_your_calm() {
+    const BURST: usize = 100;
+    const MAX_BURSTS: usize = 100;
+    let server = Leased::start(None).await;
+    let mut bystander = server.client().await;
+    let (mut send, connection) = h2_connect(server.address).await;
+    let started = Instant::now();
+    let mut reset = 0;
+    // How the connection ended, as the client saw it: the GOAWAY may surface when asking for the
+    // next stream, or as the connection task's result (which, if the client was still writing
+    // when the server closed, is a broken pipe instead).
+    let mut errors = Vec::new();
+    'bursts: for _ in 0..MAX_BURSTS {
+        for _ in 0..BURST {
+            send = match tokio::time::timeout(Duration::from_secs(2), send.clone().ready()).await {
+                Ok(Ok(ready)) => ready,
+                Ok(Err(error)) => {
+                    errors.push(error);
+                    break 'bursts;
+                }
+                Err(_) => break 'bursts,
+            };
+            let request = h2_request(
+                server.address,
+                "POST",
+                "/lease.v1.LeaseService/Describe",
+                &[("content-type", "application/grpc")],
+            );
+            match send.send_request(request, false) {
+                Ok((_response, mut stream)) => stream.send_reset(h2::Reason::CANCEL),
+                Err(error) => {
+                    errors.push(error);
+                    break 'bursts;
+                }
+            }
+            reset += 1;
+        }
+        // Let the client read what the server answered before it writes more.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if connection.is_finished() {
+            break;
+        }
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .unwrap_or_else(|_| panic!("still open after {reset} resets"))
+        .unwrap();
+    errors.extend(ended.err());
+    println!(
+        "connection ended after {reset} streams opened and reset in {:?}: {errors:?}",
+        started.elapsed()
+    );
+    assert!(
+        errors.iter().any(|error| error.is_go_away()
+            && error.is_remote()
+            && error.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
+            && error.to_string().contains("too_many_resets")),
+        "{errors:?}"
+    );
+    describe(&mut bystander, "http2/reset").await;
+    describe(&mut server.client().await, "http2/reset").await;
+}
+
+/// What is not a gRPC call to a known method:
+/// - HTTP/1.1 to the gRPC port: no HTTP/1.1 answer; the server writes its HTTP/2 SETTINGS (or
+///   nothing) and closes the connection (curl says "Received HTTP/0.9 when not allowed");
+/// - HTTP/2 with a body that is not gRPC framing (JSON, whatever the content-type): HTTP 200 with
+///   grpc-status 13, INTERNAL (tonic does not check the content-type; it fails to decode);
+/// - HTTP/2 GET of `/`, an unknown method or an unknown service: grpc-status 12, UNIMPLEMENTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_are_not_lease_calls_get_no_service() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let server = Leased::start(None).await;
+
+    for request in [
+        "POST /lease.v1.LeaseService/Describe HTTP/1.1\r\nHost: localhost\r\n\
+         Content-Type: application/grpc\r\nContent-Length: 0\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(server.address)
+            .await
+            .unwrap();
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut reply = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut reply))
+            .await
+            .expect("the connection is still open after 5 s");
+        // Closed, possibly with a reset (the request's unread bytes): either way, no HTTP/1.x.
+        if let Err(error) = read {
+            assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+        }
+        assert!(
+            !reply.starts_with(b"HTTP/"),
+            "{:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert!(
+            reply.is_empty() || reply.get(3) == Some(&4),
+            "only an HTTP/2 SETTINGS frame: {reply:?}"
+        );
+    }
+
+    let describe_path = "/lease.v1.LeaseService/Describe";
+    let json = br#"{"name": "http2/json"}"#;
+    for content_type in ["application/json", "application/grpc"] {
+        let request = h2_request(
+            server.address,
+            "POST",
+            describe_path,
+            &[("content-type", content_type)],
+        );
+        let answer = h2_call(server.address, request, json).await;
+        assert_eq!(answer, (200, Some("13".into())), "JSON as {content_type}");
+    }
+    let get = h2_request(server.address, "GET", "/", &[]);
+    assert_eq!(
+        h2_call(server.address, get, b"").await,
+        (200, Some("12".into()))
+    );
+
+    let channel = Channel::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    for path in [
+        "/lease.v1.LeaseService/NoSuchMethod",
+        "/lease.v2.LeaseService/Describe",
+    ] {
+        grpc.ready().await.unwrap();
+        let status = grpc
+            .unary(
+                tonic::Request::new(bytes_field(1, b"http2/unknown")),
+                PathAndQuery::from_static(path),
+                RawCodec,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Unimplemented, "{path}: {status:?}");
+    }
+    describe(&mut server.client().await, "http2/alive").await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -911,49 +1363,301 @@ async fn waiters_past_the_limit_are_resource_exhausted() {
     }
 }
 
-/// `--max-leases-per-stream`: a Renew stream renews up to the limit of distinct leases, as often
-/// as it likes; one more ends the stream with RESOURCE_EXHAUSTED; a new stream can renew it.
+/// What a renewal answered: "renewed" or "lost".
+fn renew_result_kind(answer: &RenewResponse) -> &'static str {
+    match answer.result {
+        Some(renew_response::Result::Renewed(_)) => "renewed",
+        Some(renew_response::Result::Lost(_)) => "lost",
+        None => "no result",
+    }
+}
+
+/// `--max-leases-per-stream` counts leases held at once: a Renew stream renews up to the limit,
+/// each as often as it likes; renewing one more while all are held ends the stream with
+/// RESOURCE_EXHAUSTED and renews nothing (the refused renewal's TTL is not applied); a new stream
+/// can renew it. Both stores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_stream_past_its_lease_limit_is_resource_exhausted() {
     const LIMIT: usize = 3;
-    let server = Leased::start_with(leased::config::ServeConfig {
+    let redis = RedisServer::start();
+    for url in [None, Some(redis.url())] {
+        let store = if url.is_some() { "redis" } else { "memory" };
+        let server = Leased::start_with(leased::config::ServeConfig {
+            max_leases_per_stream: LIMIT,
+            ..test_config(url)
+        })
+        .await;
+        let mut client = server.client().await;
+        let mut leases = Vec::new();
+        for index in 0..=LIMIT {
+            let name = format!("per-stream/{store}/{index}");
+            leases.push(must_acquire(&mut client, &name, 60_000).await);
+        }
+        let mut requests: Vec<RenewRequest> =
+            leases[..LIMIT].iter().map(|g| renewal(g, 0)).collect();
+        requests.push(renewal(&leases[0], 0));
+        requests.push(renewal(&leases[LIMIT], 120_000));
+        requests.push(renewal(&leases[1], 0));
+        let mut responses = client
+            .renew(tokio_stream::iter(requests))
+            .await
+            .unwrap()
+            .into_inner();
+        for _ in 0..=LIMIT {
+            let answer = responses.next().await.unwrap().unwrap();
+            assert_eq!(renew_result_kind(&answer), "renewed", "{store}");
+        }
+        let status = responses.next().await.unwrap().unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{store}: {status:?}"
+        );
+        assert!(status.message().contains("at once"), "{store}: {status:?}");
+        assert!(
+            responses.next().await.is_none(),
+            "{store}: the stream ends after the refusal"
+        );
+        let refused = describe(&mut client, &leases[LIMIT].name).await;
+        assert!(
+            refused.held && refused.remaining_ms <= 60_000,
+            "{store}: the refused renewal was not applied: {refused:?}"
+        );
+
+        let answer = renew_once(&mut client, &leases[LIMIT], 0).await.unwrap();
+        assert_eq!(renew_result_kind(&answer), "renewed", "{store}");
+    }
+}
+
+/// A long-lived Renew stream renews many more distinct leases over time than
+/// `--max-leases-per-stream`, as long as it holds at most the limit at once. Each round fills the
+/// stream and then frees its slots in each way a lease stops being held: released through the
+/// Release RPC on this server (on the stream's connection or on another: the slot frees at once),
+/// expired and then renewed (answers `lost`), expired and never renewed again (its slot is taken
+/// back when the stream is full). After all that, one lease more than the limit held at once is
+/// still refused. Both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_stream_renews_more_leases_over_time_than_it_holds_at_once() {
+    const LIMIT: usize = 3;
+    const ROUNDS: usize = 4;
+    /// The TTL set by the renewal of the leases left to lapse, and how long the test waits for
+    /// them to lapse (wide: 2 noisy cores).
+    const LAPSE_TTL_MS: i64 = 300;
+    const LAPSE_WAIT: Duration = Duration::from_millis(1_200);
+    let redis = RedisServer::start();
+    for url in [None, Some(redis.url())] {
+        let store = if url.is_some() { "redis" } else { "memory" };
+        let server = Leased::start_with(leased::config::ServeConfig {
+            max_leases_per_stream: LIMIT,
+            ..test_config(url)
+        })
+        .await;
+        let mut client = server.client().await;
+        let mut other_connection = server.client().await;
+        let mut stream = OpenRenewStream::open(&mut client).await;
+        let mut acquired = 0;
+        let mut fresh = async |client: &mut LeaseServiceClient<Channel>| {
+            acquired += 1;
+            must_acquire(client, &format!("over-time/{store}/{acquired}"), 60_000).await
+        };
+        let kept = fresh(&mut client).await;
+        let mut renewed = vec![kept.name.clone()];
+        let renew =
+            async |stream: &mut OpenRenewStream, lease: &leased::proto::Granted, ttl_ms: i64| {
+                let answer = stream.renew(lease, ttl_ms).await;
+                let answer = answer.unwrap_or_else(|status| panic!("{store}: {status:?}"));
+                renew_result_kind(&answer)
+            };
+        assert_eq!(renew(&mut stream, &kept, 0).await, "renewed");
+
+        for round in 0..ROUNDS {
+            let released = fresh(&mut client).await;
+            let lapsing = fresh(&mut client).await;
+            assert_eq!(renew(&mut stream, &released, 0).await, "renewed");
+            assert_eq!(renew(&mut stream, &lapsing, LAPSE_TTL_MS).await, "renewed");
+            renewed.extend([released.name.clone(), lapsing.name.clone()]);
+
+            // Full: a release through the Release RPC frees a slot at once.
+            let releasing_client = match round % 2 {
+                0 => &mut client,
+                _ => &mut other_connection,
+            };
+            assert!(release(releasing_client, &released).await, "{store}");
+            let next = fresh(&mut client).await;
+            assert_eq!(
+                renew(&mut stream, &next, 0).await,
+                "renewed",
+                "{store} round {round}: the released lease's slot"
+            );
+
+            // Full again: the lapsing lease's TTL passes.
+            tokio::time::sleep(LAPSE_WAIT).await;
+            if round % 2 == 0 {
+                assert_eq!(renew(&mut stream, &lapsing, 0).await, "lost", "{store}");
+            }
+            let last = fresh(&mut client).await;
+            assert_eq!(
+                renew(&mut stream, &last, 0).await,
+                "renewed",
+                "{store} round {round}: the lapsed lease's slot"
+            );
+            renewed.extend([next.name.clone(), last.name.clone()]);
+
+            for lease in [&next, &last] {
+                assert!(release(&mut client, lease).await, "{store}");
+            }
+            assert_eq!(renew(&mut stream, &kept, 0).await, "renewed");
+        }
+        assert!(
+            renewed.len() > 4 * LIMIT,
+            "{store}: {} distinct leases renewed on one stream",
+            renewed.len()
+        );
+
+        // Still bounded: with the limit held at once, one more is refused.
+        for _ in 1..LIMIT {
+            let lease = fresh(&mut client).await;
+            assert_eq!(renew(&mut stream, &lease, 0).await, "renewed");
+        }
+        let one_too_many = fresh(&mut client).await;
+        let status = stream.renew(&one_too_many, 0).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{store}: {status:?}"
+        );
+    }
+}
+
+/// Renewals that answer `lost` never take a slot: a stream sends 200 renewals of distinct
+/// 256-byte names with random lease ids (none held), and one of a held lease with the wrong
+/// lease id, then still renews the limit of leases held at once; one more is refused. Both
+/// stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_renewals_never_take_a_slot() {
+    const LIMIT: usize = 3;
+    const NEVER_HELD: usize = 200;
+    let redis = RedisServer::start();
+    for url in [None, Some(redis.url())] {
+        let store = if url.is_some() { "redis" } else { "memory" };
+        let server = Leased::start_with(leased::config::ServeConfig {
+            max_leases_per_stream: LIMIT,
+            ..test_config(url)
+        })
+        .await;
+        let mut client = server.client().await;
+        let mut stream = OpenRenewStream::open(&mut client).await;
+        for index in 0..NEVER_HELD {
+            let mut name = format!("never-held/{store}/{index:04}/");
+            name.extend(std::iter::repeat_n('x', MAX_NAME_BYTES - name.len()));
+            let never_held = leased::proto::Granted {
+                name,
+                lease_id: leased::lease::LeaseId::generate().expose().to_owned(),
+                ..Default::default()
+            };
+            let answer = stream.renew(&never_held, 0).await.unwrap();
+            assert_eq!(renew_result_kind(&answer), "lost", "{store}");
+        }
+        let mut leases = Vec::new();
+        for index in 0..=LIMIT {
+            let name = format!("lost-never-counts/{store}/{index}");
+            leases.push(must_acquire(&mut client, &name, 60_000).await);
+        }
+        let wrong_id = leased::proto::Granted {
+            lease_id: leased::lease::LeaseId::generate().expose().to_owned(),
+            ..leases[0].clone()
+        };
+        let answer = stream.renew(&wrong_id, 0).await.unwrap();
+        assert_eq!(
+            renew_result_kind(&answer),
+            "lost",
+            "{store}: another lease id"
+        );
+
+        for lease in &leases[..LIMIT] {
+            let answer = stream.renew(lease, 0).await.unwrap();
+            assert_eq!(renew_result_kind(&answer), "renewed", "{store}");
+        }
+        let status = stream.renew(&leases[LIMIT], 0).await.unwrap_err();
+        assert_eq!(
+            status.code(),
+            Code::ResourceExhausted,
+            "{store}: {status:?}"
+        );
+    }
+}
+
+/// A release through another replica (Redis) is not seen by the stream's replica. A renewal of
+/// that lease answers `lost`, which frees its slot at once; a lease the stream does not renew
+/// again keeps its slot until the TTL of its last renewal has passed, then frees it. With the
+/// embedded store there is no other replica: every release goes through this server and frees the
+/// slot at once (`renew_stream_renews_more_leases_over_time_than_it_holds_at_once`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_through_another_replica_frees_the_slot_once_seen_or_expired() {
+    const LIMIT: usize = 2;
+    /// TTLs set by renewals: long enough that the refusal below comes well before it (2 noisy
+    /// cores), and short enough to wait out.
+    const STILL_HELD_TTL_MS: i64 = 5_000;
+    const EXPIRING_TTL_MS: i64 = 1_000;
+    const EXPIRY_WAIT: Duration = Duration::from_millis(2_500);
+    let redis = RedisServer::start();
+    let here = Leased::start_with(leased::config::ServeConfig {
         max_leases_per_stream: LIMIT,
-        ..test_config(None)
+        ..test_config(Some(redis.url()))
     })
     .await;
-    let mut client = server.client().await;
-    let mut leases = Vec::new();
-    for index in 0..=LIMIT {
-        leases.push(must_acquire(&mut client, &format!("per-stream/{index}"), 60_000).await);
-    }
-    let mut requests: Vec<RenewRequest> = leases[..LIMIT].iter().map(|g| renewal(g, 0)).collect();
-    requests.push(renewal(&leases[0], 0));
-    requests.push(renewal(&leases[LIMIT], 0));
-    requests.push(renewal(&leases[1], 0));
-    let mut responses = client
-        .renew(tokio_stream::iter(requests))
-        .await
-        .unwrap()
-        .into_inner();
-    for _ in 0..=LIMIT {
-        let answer = responses.next().await.unwrap().unwrap();
-        assert!(matches!(
-            answer.result,
-            Some(renew_response::Result::Renewed(_))
-        ));
-    }
-    let status = responses.next().await.unwrap().unwrap_err();
-    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    assert!(
-        responses.next().await.is_none(),
-        "the stream ends after the refusal"
-    );
+    let elsewhere = Leased::start(Some(redis.url())).await;
+    let mut client = here.client().await;
+    let mut elsewhere_client = elsewhere.client().await;
+    let mut acquired = 0;
+    let mut fresh = async |client: &mut LeaseServiceClient<Channel>| {
+        acquired += 1;
+        must_acquire(client, &format!("elsewhere/{acquired}"), 60_000).await
+    };
+    let renew =
+        async |stream: &mut OpenRenewStream, lease: &leased::proto::Granted, ttl_ms: i64| {
+            renew_result_kind(&stream.renew(lease, ttl_ms).await.unwrap())
+        };
+    let kept = fresh(&mut client).await;
 
-    let answer = renew_once(&mut client, &leases[LIMIT], 0).await.unwrap();
-    assert!(matches!(
-        answer.result,
-        Some(renew_response::Result::Renewed(_))
-    ));
+    // Renewed after the release elsewhere: `lost`, and the slot frees at once.
+    let mut stream = OpenRenewStream::open(&mut client).await;
+    let released = fresh(&mut client).await;
+    assert_eq!(renew(&mut stream, &kept, 0).await, "renewed");
+    assert_eq!(renew(&mut stream, &released, 0).await, "renewed");
+    assert!(release(&mut elsewhere_client, &released).await);
+    assert_eq!(renew(&mut stream, &released, 0).await, "lost");
+    let next = fresh(&mut client).await;
+    assert_eq!(renew(&mut stream, &next, 0).await, "renewed");
+    drop(stream);
+
+    // Not renewed again: this replica cannot know before the last renewal's TTL passes.
+    let mut stream = OpenRenewStream::open(&mut client).await;
+    let released = fresh(&mut client).await;
+    assert_eq!(renew(&mut stream, &kept, 0).await, "renewed");
+    assert_eq!(
+        renew(&mut stream, &released, STILL_HELD_TTL_MS).await,
+        "renewed"
+    );
+    assert!(release(&mut elsewhere_client, &released).await);
+    let status = stream
+        .renew(&fresh(&mut client).await, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+
+    // ... and once it has passed, the slot is free.
+    let mut stream = OpenRenewStream::open(&mut client).await;
+    let released = fresh(&mut client).await;
+    assert_eq!(renew(&mut stream, &kept, 0).await, "renewed");
+    assert_eq!(
+        renew(&mut stream, &released, EXPIRING_TTL_MS).await,
+        "renewed"
+    );
+    assert!(release(&mut elsewhere_client, &released).await);
+    tokio::time::sleep(EXPIRY_WAIT).await;
+    let next = fresh(&mut client).await;
+    assert_eq!(renew(&mut stream, &next, 0).await, "renewed");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
 //! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
 //!   waiter costs in Redis.
-//! - [`scale`]: 100,000 held leases.
+//! - [`scale`]: 100,000 held leases; the server's memory per open Renew stream and per lease a
+//!   stream holds.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 
 mod etcd;
@@ -75,8 +76,9 @@ struct Args {
     /// Seconds each measurement runs (default 5, or 1 with --quick); longer runs suit a profiler.
     #[arg(long)]
     seconds: Option<f64>,
-    /// RUST_LOG of the leased child processes (their logs go to target/bench/).
-    #[arg(long, default_value = "warn")]
+    /// RUST_LOG of the leased child processes (their logs go to target/bench/); the default is
+    /// the server's own, so that the numbers include what logging costs in production.
+    #[arg(long, default_value = "info")]
     server_log: String,
     /// Serve with this `leased` binary instead of the one cargo built (to compare two builds).
     #[arg(long)]
@@ -191,6 +193,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("redis_py_lock", redis_py_lock(&run));
     scenario!("etcd_lock", etcd_lock(&run));
     scenario!("held_scale", held_scale(&run));
+    scenario!("renew_stream_memory", renew_stream_memory(&run));
 
     let targets = targets(&rows, &run);
     let report = report(&run, &rows, &targets, started.elapsed())?;
@@ -470,6 +473,11 @@ async fn held_scale(run: &Run) -> BenchResult<Vec<Row>> {
         quick: run.args.quick,
     };
     scale::held_scale(&scale, &run.redis, &run.server, &run.channels, run.budget).await
+}
+
+async fn renew_stream_memory(run: &Run) -> BenchResult<Vec<Row>> {
+    let sizes = scale::RenewMemory::new(run.args.quick);
+    scale::renew_stream_memory(&sizes, &run.redis.url(), &run.args.server_log).await
 }
 
 /// One target of the issue, next to what was measured.

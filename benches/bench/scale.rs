@@ -1,17 +1,32 @@
 //! `held_scale`: many leases held at once and kept alive over 1,000 Renew streams, as a large
 //! fleet would. Measures what holding them costs (Redis memory per lease, the server's resident
 //! memory) and the cycle rate of other callers meanwhile.
+//!
+//! `renew_stream_memory`: the server's resident memory per open Renew stream and per lease a
+//! stream holds, and what renewals answering `lost` add (nothing should stay).
 
 use std::time::{Duration, Instant};
 
-use tokio::{sync::watch, task::JoinSet, time::MissedTickBehavior};
-use tonic::transport::Channel;
+use leased::{
+    lease::{LeaseId, limits::MAX_NAME_BYTES},
+    proto::{
+        AcquireRequest, Granted, RenewRequest, RenewResponse, acquire_response,
+        lease_service_client::LeaseServiceClient, renew_response,
+    },
+};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinSet,
+    time::MissedTickBehavior,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Streaming, transport::Channel};
 
 use crate::{
     BenchResult,
     harness::{leased::LeasedProcess, redis::RedisServer},
-    measure::{Budget, Row, closed_loop},
-    procs::rss_bytes,
+    measure::{Budget, Metered, Row, Samples, closed_loop},
+    procs::{self, rss_bytes},
     workload::{RenewStream, acquire_many, measure_grpc_cycles, open_renew_streams, split_among},
 };
 
@@ -159,4 +174,425 @@ fn lease_key_bytes(redis: &RedisServer, name: &str) -> BenchResult<serde_json::V
 fn used_memory(redis: &RedisServer) -> BenchResult<i64> {
     let used = redis.info_field("memory", "used_memory");
     Ok(used.ok_or("INFO memory has no used_memory")?.parse()?)
+}
+
+/// Sizes of `renew_stream_memory`.
+pub struct RenewMemory {
+    /// Open Renew streams that hold nothing.
+    pub open_streams: usize,
+    /// Streams, and leases held on each, for the cost of one held lease.
+    pub holding_streams: usize,
+    pub held_per_stream: usize,
+    /// The issue's amplification probe: streams, and distinct never-held names renewed on each.
+    pub probe_streams: usize,
+    pub probe_names: usize,
+    pub quick: bool,
+}
+
+impl RenewMemory {
+    pub fn new(quick: bool) -> Self {
+        match quick {
+            true => RenewMemory {
+                open_streams: 1_000,
+                holding_streams: 20,
+                held_per_stream: 500,
+                probe_streams: 100,
+                probe_names: 1_024,
+                quick,
+            },
+            false => RenewMemory {
+                open_streams: 5_000,
+                holding_streams: 100,
+                held_per_stream: 1_000,
+                probe_streams: 400,
+                probe_names: 1_024,
+                quick,
+            },
+        }
+    }
+}
+
+/// Renew streams per HTTP/2 connection, below `--max-concurrent-streams` (1,024).
+const STREAMS_PER_CONNECTION: usize = 500;
+
+/// TTL of the leases held in `renew_stream_memory_held`: they outlive the scenario.
+const MEMORY_HELD_TTL_MS: i64 = 300_000;
+
+/// `renew_stream_memory`: what a Renew stream costs the server's resident memory. Each part runs
+/// on a fresh `leased` (Redis store), so that memory freed by an earlier part cannot hide what
+/// the next one allocates:
+/// - `renew_stream_memory_open`: streams that hold nothing (each answered one `lost` renewal);
+/// - `renew_stream_memory_held`: each held lease (256-byte names), and a second renewal pass of
+///   the same leases, which should add nothing;
+/// - `renew_stream_memory_lost`: the issue's amplification probe, streams renewing distinct
+///   256-byte names with random lease ids, every renewal answering `lost`.
+pub async fn renew_stream_memory(
+    sizes: &RenewMemory,
+    redis_url: &str,
+    server_log: &str,
+) -> BenchResult<Vec<Row>> {
+    Ok(vec![
+        open_streams_memory(sizes, redis_url, server_log).await?,
+        held_lease_memory(sizes, redis_url, server_log).await?,
+        lost_renewal_memory(sizes, redis_url, server_log).await?,
+    ])
+}
+
+async fn open_streams_memory(
+    sizes: &RenewMemory,
+    redis_url: &str,
+    server_log: &str,
+) -> BenchResult<Row> {
+    let count = sizes.open_streams;
+    let (server, channels) =
+        memory_server("renew-memory-open", count, redis_url, server_log).await?;
+    let rss_before = settled_rss(&server).await?;
+    let started = Instant::now();
+    let (streams, latencies) =
+        open_bare_streams(&channels, count, "bench/renew-memory/open").await?;
+    let elapsed = started.elapsed();
+    let rss_open = settled_rss(&server).await?;
+    let per_stream_kib = kib(rss_open.saturating_sub(rss_before)) / count as f64;
+    drop(streams);
+    let samples = Samples {
+        latencies,
+        elapsed,
+        ..Samples::default()
+    };
+    Ok(Row::new(
+        "renew_stream_memory_open",
+        &samples,
+        format!(
+            "{count} open Renew streams holding nothing (ops = open + one `lost` renewal) over {} \
+             connections: server RSS +{per_stream_kib:.1} KiB per stream{}",
+            channels.len(),
+            quick_note(sizes.quick, "5,000 streams"),
+        ),
+    )
+    .with("streams", count)
+    .with("grpc_connections", channels.len())
+    .with("server_rss_before_bytes", rss_before)
+    .with("server_rss_open_bytes", rss_open)
+    .with("server_rss_kib_per_stream", round1(per_stream_kib)))
+}
+
+async fn held_lease_memory(
+    sizes: &RenewMemory,
+    redis_url: &str,
+    server_log: &str,
+) -> BenchResult<Row> {
+    let (stream_count, per_stream) = (sizes.holding_streams, sizes.held_per_stream);
+    let held = stream_count * per_stream;
+    let (server, channels) =
+        memory_server("renew-memory-held", stream_count, redis_url, server_log).await?;
+    let names = (0..held)
+        .map(|index| long_name(&format!("bench/renew-memory/held/{index:07}/")))
+        .collect();
+    let leases = acquire_to_the_end(&channels, names).await?;
+    let (streams, _) =
+        open_bare_streams(&channels, stream_count, "bench/renew-memory/held").await?;
+    let rss_empty = settled_rss(&server).await?;
+
+    let groups = split_among(leases, stream_count);
+    let started = Instant::now();
+    let (streams, groups, mut latencies) = renew_each(streams, groups, "renewed").await?;
+    let elapsed = started.elapsed();
+    let rss_held = settled_rss(&server).await?;
+    let (streams, _, again) = renew_each(streams, groups, "renewed").await?;
+    latencies.extend(again);
+    let rss_renewed_again = settled_rss(&server).await?;
+    drop(streams);
+
+    let per_lease_bytes = rss_held.saturating_sub(rss_empty) as f64 / held as f64;
+    let second_pass_kib = kib(rss_renewed_again.saturating_sub(rss_held));
+    let samples = Samples {
+        latencies,
+        elapsed: elapsed * 2,
+        ..Samples::default()
+    };
+    Ok(Row::new(
+        "renew_stream_memory_held",
+        &samples,
+        format!(
+            "{held} leases with 256-byte names held on {stream_count} Renew streams (ops = \
+             renewals, two passes): server RSS +{per_lease_bytes:.0} B per held lease; the second \
+             pass added {second_pass_kib:.0} KiB{}",
+            quick_note(sizes.quick, "100,000 held"),
+        ),
+    )
+    .with("held", held)
+    .with("renew_streams", stream_count)
+    .with("server_rss_streams_empty_bytes", rss_empty)
+    .with("server_rss_held_bytes", rss_held)
+    .with("server_rss_renewed_again_bytes", rss_renewed_again)
+    .with("server_rss_bytes_per_held_lease", per_lease_bytes.round())
+    .with("server_rss_second_pass_kib", second_pass_kib.round()))
+}
+
+async fn lost_renewal_memory(
+    sizes: &RenewMemory,
+    redis_url: &str,
+    server_log: &str,
+) -> BenchResult<Row> {
+    let (stream_count, per_stream) = (sizes.probe_streams, sizes.probe_names);
+    let renewals = stream_count * per_stream;
+    let (server, channels) =
+        memory_server("renew-memory-lost", stream_count, redis_url, server_log).await?;
+    let rss_before = settled_rss(&server).await?;
+    let (streams, _) =
+        open_bare_streams(&channels, stream_count, "bench/renew-memory/lost").await?;
+    let rss_open = settled_rss(&server).await?;
+
+    // Never-held names with random lease ids, distinct across the whole probe, in two halves:
+    // the first also grows the working memory of `stream_count` renewals in flight (buffers,
+    // the store's futures) to its peak, which the allocator keeps; so state kept per name would
+    // show as growth in the second half.
+    let half = per_stream / 2;
+    let never_held = |range: std::ops::Range<usize>| -> Vec<Vec<Granted>> {
+        (0..stream_count)
+            .map(|stream| {
+                range
+                    .clone()
+                    .map(|index| Granted {
+                        name: long_name(&format!(
+                            "bench/renew-memory/lost/{stream:04}/{index:05}/"
+                        )),
+                        lease_id: LeaseId::generate().expose().to_owned(),
+                        ..Granted::default()
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let (first_half, second_half) = (never_held(0..half), never_held(half..per_stream));
+    let started = Instant::now();
+    let (streams, _, mut latencies) = renew_each(streams, first_half, "lost").await?;
+    let rss_half = settled_rss(&server).await?;
+    let (streams, _, second) = renew_each(streams, second_half, "lost").await?;
+    latencies.extend(second);
+    let elapsed = started.elapsed();
+    let rss_after = settled_rss(&server).await?;
+    drop(streams);
+
+    let added_kib = kib(rss_after.saturating_sub(rss_open));
+    let second_half_kib = kib(rss_after.saturating_sub(rss_half));
+    let samples = Samples {
+        latencies,
+        elapsed,
+        ..Samples::default()
+    };
+    Ok(Row::new(
+        "renew_stream_memory_lost",
+        &samples,
+        format!(
+            "{stream_count} Renew streams × {per_stream} distinct 256-byte names with random lease \
+             ids, every renewal `lost` (the issue's probe, 115 MB before the fix): server RSS \
+             +{added_kib:.0} KiB after opening the streams, of which the second half of the \
+             renewals added {second_half_kib:.0} KiB{}",
+            quick_note(sizes.quick, "400 streams"),
+        ),
+    )
+    .with("renewals", renewals)
+    .with("renew_streams", stream_count)
+    .with("server_rss_before_bytes", rss_before)
+    .with("server_rss_open_bytes", rss_open)
+    .with("server_rss_half_bytes", rss_half)
+    .with("server_rss_after_bytes", rss_after)
+    .with("server_rss_added_by_lost_kib", added_kib.round())
+    .with(
+        "server_rss_added_by_second_half_kib",
+        second_half_kib.round(),
+    ))
+}
+
+/// A fresh `leased` on `redis_url` and enough connections for `streams` Renew streams, each
+/// connection used once so that its own memory is counted before any measurement.
+async fn memory_server(
+    label: &str,
+    streams: usize,
+    redis_url: &str,
+    server_log: &str,
+) -> BenchResult<(Metered<LeasedProcess>, Vec<Channel>)> {
+    let server = procs::start_leased(label, Some(redis_url), &[], server_log).await?;
+    let channels = procs::connections(&server, streams.div_ceil(STREAMS_PER_CONNECTION)).await?;
+    let (warm, _) = open_bare_streams(&channels, channels.len(), "bench/renew-memory/warm").await?;
+    drop(warm);
+    Ok((server, channels))
+}
+
+/// Acquires `names` (all free) with [`CONCURRENCY`] callers over `channels`, reading each Acquire
+/// stream to its end: tens of thousands of streams dropped after their `granted` would each be
+/// reset, and h2 ends a connection with too many of those (GOAWAY `too_many_internal_resets`).
+async fn acquire_to_the_end(channels: &[Channel], names: Vec<String>) -> BenchResult<Vec<Granted>> {
+    let names = std::sync::Arc::new(names);
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = JoinSet::new();
+    for worker in 0..CONCURRENCY {
+        let mut client = LeaseServiceClient::new(channels[worker % channels.len()].clone());
+        let (names, next) = (names.clone(), next.clone());
+        tasks.spawn(async move {
+            let mut granted = Vec::new();
+            while let Some(name) =
+                names.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            {
+                let request = AcquireRequest {
+                    name: name.clone(),
+                    holder: "bench".to_owned(),
+                    ttl_ms: MEMORY_HELD_TTL_MS,
+                    wait_ms: 0,
+                };
+                let mut stream = client.acquire(request).await?.into_inner();
+                let mut terminal = None;
+                while let Some(message) = stream.message().await? {
+                    terminal = message.result;
+                }
+                match terminal {
+                    Some(acquire_response::Result::Granted(lease)) => granted.push(lease),
+                    other => return Err(format!("{name} was answered {other:?}").into()),
+                }
+            }
+            BenchResult::Ok(granted)
+        });
+    }
+    let mut all = Vec::with_capacity(names.len());
+    while let Some(joined) = tasks.join_next().await {
+        all.extend(joined??);
+    }
+    Ok(all)
+}
+
+/// A Renew stream driven one renewal at a time, with any names and lease ids.
+struct BareRenewStream {
+    requests: mpsc::Sender<RenewRequest>,
+    responses: Streaming<RenewResponse>,
+}
+
+impl BareRenewStream {
+    /// Sends one renewal and answers what it was answered ("renewed" or "lost").
+    async fn renew(&mut self, lease: &Granted) -> BenchResult<&'static str> {
+        let request = RenewRequest {
+            name: lease.name.clone(),
+            lease_id: lease.lease_id.clone(),
+            ttl_ms: 0,
+        };
+        self.requests
+            .send(request)
+            .await
+            .map_err(|_| "the Renew stream closed")?;
+        let response = self
+            .responses
+            .message()
+            .await?
+            .ok_or("the Renew stream ended")?;
+        Ok(match response.result {
+            Some(renew_response::Result::Renewed(_)) => "renewed",
+            Some(renew_response::Result::Lost(_)) => "lost",
+            None => "no result",
+        })
+    }
+}
+
+/// Opens `count` Renew streams round-robin over `channels`, each answering one `lost` renewal of
+/// a never-held name (so the server has set the stream up), and how long each took.
+async fn open_bare_streams(
+    channels: &[Channel],
+    count: usize,
+    prefix: &str,
+) -> BenchResult<(Vec<BareRenewStream>, Vec<Duration>)> {
+    let mut tasks = JoinSet::new();
+    for index in 0..count {
+        let channel = channels[index % channels.len()].clone();
+        let never_held = Granted {
+            name: format!("{prefix}/never-held/{index}"),
+            lease_id: LeaseId::generate().expose().to_owned(),
+            ..Granted::default()
+        };
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let (requests, outbound) = mpsc::channel(1);
+            let responses = LeaseServiceClient::new(channel)
+                .renew(ReceiverStream::new(outbound))
+                .await?
+                .into_inner();
+            let mut stream = BareRenewStream {
+                requests,
+                responses,
+            };
+            match stream.renew(&never_held).await? {
+                "lost" => BenchResult::Ok((stream, started.elapsed())),
+                other => Err(format!("a never-held name was answered {other}").into()),
+            }
+        });
+    }
+    let mut streams = Vec::with_capacity(count);
+    let mut latencies = Vec::with_capacity(count);
+    while let Some(joined) = tasks.join_next().await {
+        let (stream, latency) = joined??;
+        streams.push(stream);
+        latencies.push(latency);
+    }
+    Ok((streams, latencies))
+}
+
+/// Each stream renews its group of leases in turn, all streams at once; every answer must be
+/// `expected`. Answers the streams and groups back, and the latency of each renewal.
+async fn renew_each(
+    streams: Vec<BareRenewStream>,
+    groups: Vec<Vec<Granted>>,
+    expected: &'static str,
+) -> BenchResult<(Vec<BareRenewStream>, Vec<Vec<Granted>>, Vec<Duration>)> {
+    let mut tasks = JoinSet::new();
+    for (mut stream, group) in streams.into_iter().zip(groups) {
+        tasks.spawn(async move {
+            let mut latencies = Vec::with_capacity(group.len());
+            for lease in &group {
+                let started = Instant::now();
+                let answer = stream.renew(lease).await?;
+                if answer != expected {
+                    return Err(format!("a renewal was answered {answer}, not {expected}").into());
+                }
+                latencies.push(started.elapsed());
+            }
+            BenchResult::Ok((stream, group, latencies))
+        });
+    }
+    let (mut streams, mut groups, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(joined) = tasks.join_next().await {
+        let (stream, group, some) = joined??;
+        streams.push(stream);
+        groups.push(group);
+        latencies.extend(some);
+    }
+    Ok((streams, groups, latencies))
+}
+
+/// The server's resident memory once what was just done has settled.
+async fn settled_rss(server: &LeasedProcess) -> BenchResult<u64> {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rss_bytes(server.pid())
+}
+
+/// A valid lease name of the longest length (256 bytes) starting with `prefix`.
+fn long_name(prefix: &str) -> String {
+    let mut name = prefix.to_owned();
+    name.extend(std::iter::repeat_n(
+        'x',
+        MAX_NAME_BYTES.saturating_sub(name.len()),
+    ));
+    name
+}
+
+fn kib(bytes: u64) -> f64 {
+    bytes as f64 / 1024.0
+}
+
+fn round1(value: f64) -> f64 {
+    (value * 10.0).round() / 10.0
+}
+
+fn quick_note(quick: bool, full: &str) -> String {
+    match quick {
+        true => format!(" (--quick; the full run has {full})"),
+        false => String::new(),
+    }
 }

@@ -1,13 +1,15 @@
-//! `Renew`: a bidi stream answering each renewal in order; several leases may share one stream.
+//! `Renew`: a bidi stream answering each renewal in order; several leases may share one stream,
+//! up to `--max-leases-per-stream` held at once (`held_leases` keeps count).
 
-use std::collections::HashSet;
+use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status, Streaming};
 
 use super::{
     auth::{Operation, Principal},
+    held_leases::StreamLeases,
     service::{LeaseServiceImpl, ResponseStream, authorize},
 };
 use crate::{
@@ -29,11 +31,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let (responses, receiver) = mpsc::channel(16);
         let store = self.store.clone();
         let limits = self.limits.clone();
-        let max_leases = self.max_leases_per_renew_stream;
+        let held = self.held_leases.stream(self.max_leases_per_renew_stream);
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             let mut recorder = StreamRecorder::start("Renew");
-            let mut leases_seen = HashSet::new();
             loop {
                 let request = tokio::select! {
                     message = inbound.message() => message,
@@ -60,16 +61,11 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                         return;
                     }
                 };
-                let answer = renew_one(
-                    &*store,
-                    &limits,
-                    &principal,
-                    request,
-                    &mut leases_seen,
-                    max_leases,
-                )
-                .await
-                .map_err(Status::from);
+                // Boxed: the store's future (about 8 KB on Redis) then takes memory only while a
+                // renewal is in flight, not for as long as the stream stays open.
+                let answer = Box::pin(renew_one(&*store, &limits, &principal, request, &held))
+                    .await
+                    .map_err(Status::from);
                 if let Err(status) = &answer {
                     recorder.finish(status.code());
                 }
@@ -88,20 +84,18 @@ async fn renew_one<S: LeaseStore>(
     limits: &Limits,
     principal: &Option<Principal>,
     request: RenewRequest,
-    leases_seen: &mut HashSet<String>,
-    max_leases: usize,
+    held: &StreamLeases,
 ) -> Result<RenewResponse> {
     let name = parse_name(&request.name)?;
     let lease_id = parse_lease_id(&request.lease_id)?;
     let ttl = limits.renew_ttl(request.ttl_ms)?;
     authorize(principal, Operation::Renew, &name)?;
-    if !leases_seen.contains(name.as_str()) {
-        if leases_seen.len() >= max_leases {
-            return Err(Error::ResourceExhausted(format!(
-                "one Renew stream may renew at most {max_leases} leases"
-            )));
-        }
-        leases_seen.insert(name.as_str().to_owned());
+    // Refused before the store is asked, so that a refused renewal extends nothing.
+    if !held.has_room_for(&name) {
+        return Err(Error::ResourceExhausted(format!(
+            "one Renew stream may hold at most {} leases at once",
+            held.limit()
+        )));
     }
     let result = match store.renew(&name, &lease_id, ttl).await? {
         RenewOutcome::Renewed {
@@ -109,6 +103,9 @@ async fn renew_one<S: LeaseStore>(
             ttl_ms,
             expires_at_ms,
         } => {
+            // Counted from the answer, so never before the store's own expiry.
+            let expires = Instant::now() + Duration::from_millis(ttl_ms.max(0).unsigned_abs());
+            held.renewed(&name, &lease_id, expires);
             metrics().renewals.inc();
             tracing::debug!(rpc = "Renew", %name, fencing_token, ttl_ms, "renewed");
             renew_response::Result::Renewed(Renewed {
@@ -118,13 +115,14 @@ async fn renew_one<S: LeaseStore>(
             })
         }
         RenewOutcome::Lost(reason) => {
+            held.lost(&name, &lease_id);
             metrics()
                 .losses
                 .get_or_create(&KindLabels {
                     kind: reason.as_str(),
                 })
                 .inc();
-            tracing::info!(rpc = "Renew", %name, reason = reason.as_str(), "lost");
+            tracing::debug!(rpc = "Renew", %name, reason = reason.as_str(), "lost");
             renew_response::Result::Lost(Lost {
                 reason: reason.as_str().to_owned(),
             })

@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::{
     ServerOptions,
     auth::{Authenticator, Operation, Principal},
+    held_leases::HeldLeases,
 };
 use crate::{
     lease::{
@@ -31,6 +32,8 @@ pub struct LeaseServiceImpl<S> {
     pub(super) store: Arc<S>,
     pub(super) limits: Limits,
     pub(super) max_leases_per_renew_stream: usize,
+    /// The leases each Renew stream here holds, so that a Release here frees their slots.
+    pub(super) held_leases: Arc<HeldLeases>,
     pub(super) auth: Option<Arc<Authenticator>>,
     pub(super) shutdown: Shutdown,
 }
@@ -42,6 +45,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             store,
             limits: options.limits.clone(),
             max_leases_per_renew_stream: options.max_leases_per_renew_stream,
+            held_leases: Arc::default(),
             auth: options.auth.clone(),
             shutdown,
         }
@@ -141,7 +145,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         authorize(&principal, Operation::Release, &name)?;
         let lease_id = parse_lease_id(&request.lease_id)?;
         let released = self.store.release(&name, &lease_id).await?;
-        tracing::info!(rpc = "Release", %name, released);
+        if released {
+            self.held_leases.released(&name, &lease_id);
+        }
+        tracing::debug!(rpc = "Release", %name, released);
         Ok(ReleaseResponse { released })
     }
 
