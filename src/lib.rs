@@ -23,7 +23,7 @@ pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod shutdown;
-pub mod throttle;
 pub mod store;
+pub mod throttle;
 
 pub use server::serve;

@@ -48,7 +48,11 @@ async fn serve(config: ServeConfig) -> Result<(), StartupError> {
     // Each client connection is a file descriptor; the soft limit is often 1024.
     match leased::server::connections::raise_fd_limit() {
         Ok(limit) if limit.now > limit.before => {
-            tracing::info!(from = limit.before, to = limit.now, "raised the open-file limit")
+            tracing::info!(
+                from = limit.before,
+                to = limit.now,
+                "raised the open-file limit"
+            )
         }
         Ok(limit) => tracing::info!(open_file_limit = limit.now, "open-file limit"),
         Err(error) => tracing::warn!(%error, "cannot read or raise the open-file limit"),

@@ -48,7 +48,10 @@ impl Throttle {
     /// `suppressed` earlier occurrences were not written; `None` means: skip it (it is counted).
     pub fn admit(&self) -> Option<u64> {
         let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         match state.next_at {
             Some(next_at) if now < next_at => {
                 state.suppressed += 1;

@@ -59,7 +59,11 @@ async fn silent_and_preface_only_connections_are_closed_at_the_handshake_timeout
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(flood::count_closed(&silent), 0, "closed before the timeout");
-    assert_eq!(flood::count_closed(&preface_only), 0, "closed before the timeout");
+    assert_eq!(
+        flood::count_closed(&preface_only),
+        0,
+        "closed before the timeout"
+    );
 
     let margin = Duration::from_secs(10);
     if let Err(open) = wait_all_closed(&silent, margin).await {
@@ -98,7 +102,11 @@ async fn at_the_cap_clients_evict_silent_connections_and_established_ones_are_ke
     if let Err(open) = wait_all_closed(&silent[..1], Duration::from_secs(5)).await {
         panic!("the oldest silent connection was not evicted ({open} open)");
     }
-    assert_eq!(flood::count_closed(&silent[1..]), 0, "only the oldest is evicted");
+    assert_eq!(
+        flood::count_closed(&silent[1..]),
+        0,
+        "only the oldest is evicted"
+    );
 
     let mut clients = vec![first];
     for _ in 1..CAP {
@@ -153,7 +161,10 @@ async fn out_of_file_descriptors_the_server_backs_off_and_recovers() {
     // Let the server run into the limit, then measure its CPU while it stays there.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fds = proc::open_fds(pid).unwrap();
-    assert!(fds as u64 >= FD_LIMIT - 2, "the server never ran out ({fds} fds open)");
+    assert!(
+        fds as u64 >= FD_LIMIT - 2,
+        "the server never ran out ({fds} fds open)"
+    );
     let cpu_before = proc::cpu_time(pid).unwrap();
     let window = Duration::from_secs(2);
     tokio::time::sleep(window).await;
@@ -187,10 +198,7 @@ async fn out_of_file_descriptors_the_server_backs_off_and_recovers() {
 
 /// Opens `count` idle connections from child processes (this process's open-file limit is too
 /// low for them all), half from 127.0.0.2-11, half from 127.0.0.12-21.
-async fn idle_flood(
-    address: std::net::SocketAddr,
-    count: usize,
-) -> Vec<flood::IdleConnections> {
+async fn idle_flood(address: std::net::SocketAddr, count: usize) -> Vec<flood::IdleConnections> {
     let halves = [(count / 2, 2), (count - count / 2, 12)].map(|(count, first_source)| {
         tokio::task::spawn_blocking(move || {
             flood::IdleConnections::open(address, count, first_source).expect("idle flood")
@@ -204,7 +212,9 @@ async fn idle_flood(
 }
 
 /// How many of the children's connections the server has closed.
-async fn idle_closed(children: Vec<flood::IdleConnections>) -> (Vec<flood::IdleConnections>, usize) {
+async fn idle_closed(
+    children: Vec<flood::IdleConnections>,
+) -> (Vec<flood::IdleConnections>, usize) {
     tokio::task::spawn_blocking(move || {
         let mut children = children;
         let closed = children
@@ -227,7 +237,10 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
     const PREFACE_ONLY: usize = 500;
     const CAP: usize = 10_000; // --max-connections' default when the fd limit allows
     let fd_limit = proc::raise_fd_limit(16_000);
-    assert!(fd_limit >= 16_000, "the server needs room for {CAP} connections");
+    assert!(
+        fd_limit >= 16_000,
+        "the server needs room for {CAP} connections"
+    );
     let redis = RedisServer::start();
     let server = LeasedProcess::serve().redis(&redis.url()).start().await;
     let pid = server.pid();

@@ -13,6 +13,7 @@
 //!   waiter costs in Redis.
 //! - [`scale`]: 100,000 held leases; the server's memory per open Renew stream and per lease a
 //!   stream holds.
+//! - [`hostile`]: what a connection costs the server, and a flood of 25,000 idle connections.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 
 mod etcd;
@@ -20,6 +21,7 @@ mod fair;
 mod handoff;
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
+mod hostile;
 mod measure;
 mod peers;
 mod procs;
@@ -194,6 +196,10 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("etcd_lock", etcd_lock(&run));
     scenario!("held_scale", held_scale(&run));
     scenario!("renew_stream_memory", renew_stream_memory(&run));
+    scenario!(
+        "hostile_connections",
+        hostile::hostile_connections(&run.redis.url(), &run.args.server_log, run.args.quick)
+    );
 
     let targets = targets(&rows, &run);
     let report = report(&run, &rows, &targets, started.elapsed())?;

@@ -302,7 +302,12 @@ async fn read_preface(io: &mut (impl AsyncRead + Unpin)) -> Result<Vec<u8>, Hand
         if received.capacity() == received.len() {
             received.reserve(512);
         }
-        if io.read_buf(&mut received).await.map_err(HandshakeFailure::Io)? == 0 {
+        if io
+            .read_buf(&mut received)
+            .await
+            .map_err(HandshakeFailure::Io)?
+            == 0
+        {
             return Err(HandshakeFailure::Closed);
         }
     }
@@ -684,7 +689,10 @@ mod tests {
         let (second_entry, mut second_evicted) = connections.start_handshake();
 
         let third = connections.admit().expect("evicts the oldest handshake");
-        assert!(first_evicted.try_recv().is_ok(), "the oldest is told to close");
+        assert!(
+            first_evicted.try_recv().is_ok(),
+            "the oldest is told to close"
+        );
         assert!(second_evicted.try_recv().is_err());
         drop((first_entry, first));
 
@@ -692,7 +700,10 @@ mod tests {
         drop(second_entry);
         assert!(connections.admit().is_none());
         drop(second);
-        assert!(connections.admit().is_some(), "a closed connection frees its slot");
+        assert!(
+            connections.admit().is_some(),
+            "a closed connection frees its slot"
+        );
         drop(third);
     }
 

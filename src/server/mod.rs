@@ -177,15 +177,28 @@ async fn serve_health_only(
     }
 }
 
+/// How many connections the kernel may queue for `accept`: tokio's default, 1024, overflowed
+/// (SYNs dropped, clients retrying a second later) when thousands of clients connected at once,
+/// as a fleet does after a restart. The kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
 /// Binds `address`; `purpose` names the flag that set it, for the error.
 pub async fn bind(address: SocketAddr, purpose: &'static str) -> Result<TcpListener, StartupError> {
-    TcpListener::bind(address)
-        .await
-        .map_err(|source| StartupError::Listen {
-            address,
-            purpose,
-            source,
-        })
+    let listen = || {
+        let socket = match address {
+            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        // As std's and tokio's own bind do: a restarted server can take its port back at once.
+        socket.set_reuseaddr(true)?;
+        socket.bind(address)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| StartupError::Listen {
+        address,
+        purpose,
+        source,
+    })
 }
 
 /// Binds an optional side port (`--health-listen`, `--metrics-listen`).
