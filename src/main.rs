@@ -15,17 +15,17 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `leased serve`'s log filter unless RUST_LOG is set. h2 warns once per frame of some kinds a
+/// Libraries kept at `error` unless RUST_LOG names them: h2 warns once per frame of some kinds a
 /// client can send at will (an unsolicited PING ACK: one line per 17-byte frame), and rustls
-/// once per malformed handshake; both reach the operator as leased's own throttled lines
-/// and metrics instead (src/server/connections.rs).
-const SERVE_LOG_FILTER: &str = "info,h2=error,rustls=error";
+/// once per malformed handshake; leased's own throttled lines and metrics report those
+/// (src/server/connections.rs).
+const NOISY_LIBRARIES: [&str; 2] = ["h2", "rustls"];
 
 #[tokio::main]
 async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(config) => {
-            init_logging(config.log_format, SERVE_LOG_FILTER);
+            init_logging(config.log_format, "info");
             match serve(config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -80,8 +80,9 @@ async fn wait_for_termination() {
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = EnvFilter::try_new(log_filter(rust_log.as_deref(), default_level))
+        .unwrap_or_else(|_| EnvFilter::new(log_filter(None, default_level)));
     let colour = log_colour(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
@@ -96,6 +97,21 @@ fn init_logging(format: LogFormat, default_level: &str) {
     }
 }
 
+/// RUST_LOG (or `default_level` when it is unset or empty), with [`NOISY_LIBRARIES`] at `error`
+/// unless it names them.
+fn log_filter(rust_log: Option<&str>, default_level: &str) -> String {
+    let mut filter = rust_log
+        .filter(|directives| !directives.trim().is_empty())
+        .unwrap_or(default_level)
+        .to_owned();
+    for library in NOISY_LIBRARIES {
+        if !filter.contains(library) {
+            filter.push_str(&format!(",{library}=error"));
+        }
+    }
+    filter
+}
+
 /// Colour codes only help a person at a terminal; in a file or a pipe they are noise. Following
 /// https://no-color.org, a non-empty `NO_COLOR` turns colour off.
 fn log_colour(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
@@ -105,6 +121,21 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The noisy libraries stay at error whatever level RUST_LOG sets, unless it names them.
+    #[test]
+    fn h2_and_rustls_stay_quiet_unless_named() {
+        assert_eq!(log_filter(None, "info"), "info,h2=error,rustls=error");
+        assert_eq!(log_filter(Some(""), "warn"), "warn,h2=error,rustls=error");
+        assert_eq!(
+            log_filter(Some("debug"), "info"),
+            "debug,h2=error,rustls=error"
+        );
+        assert_eq!(
+            log_filter(Some("info,h2=debug"), "info"),
+            "info,h2=debug,rustls=error"
+        );
+    }
 
     /// Colour only on a terminal, and never when NO_COLOR is set to something.
     #[test]

@@ -416,6 +416,8 @@ def test_defaults(chart):
         "LEASED_MAX_WAITERS_PER_NAME": "1024",
         "LEASED_MAX_LEASES_PER_STREAM": "1024",
         "LEASED_MAX_MESSAGE_BYTES": "16384",
+        "LEASED_MAX_CONNECTIONS": "10000",
+        "LEASED_HANDSHAKE_TIMEOUT": "5s",
         "LEASED_DRAIN_GRACE": "10s",
         "LEASED_LOG_FORMAT": "json",
         "RUST_LOG": "info",
