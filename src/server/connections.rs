@@ -61,6 +61,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// is a message to the evicted connection's task, which closes its socket when it next runs.
 const EVICTION_HEADROOM: usize = 64;
 
+/// Longest pause of accepting while evicted connections close (see `admit_when_room`).
+const CLOSING_WAIT: Duration = Duration::from_millis(100);
+
 /// The client's HTTP/2 connection preface (RFC 9113, section 3.4).
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Length of an HTTP/2 frame header.
@@ -130,16 +133,35 @@ impl Connections {
         ReceiverStream::new(receiver).map(Ok)
     }
 
-    /// A slot for one more connection, evicting the oldest handshake at the cap; `None`: close it.
-    fn admit(self: &Arc<Self>) -> Option<Slot> {
+    /// A slot for one more connection, evicting the oldest handshake at the cap.
+    fn admit(self: &Arc<Self>) -> Admission {
         let open = self.open.load(Ordering::Relaxed);
         let max = self.limits.max_connections;
-        if open >= max && (open >= max + EVICTION_HEADROOM || !self.evict_oldest_handshake()) {
-            return None;
+        if open >= max + EVICTION_HEADROOM {
+            return Admission::Closing;
+        }
+        if open >= max && !self.evict_oldest_handshake() {
+            return Admission::Full;
         }
         self.open.fetch_add(1, Ordering::Relaxed);
         metrics().connections.inc();
-        Some(Slot(self.clone()))
+        Admission::Admitted(Slot(self.clone()))
+    }
+
+    /// [`Connections::admit`], waiting (briefly, up to [`CLOSING_WAIT`]) while the connections
+    /// already evicted close: in a burst, evictions can run ahead of the tasks that close them,
+    /// and a real client arriving then must not be refused for it. `accept` pauses meanwhile;
+    /// the kernel queues new clients.
+    async fn admit_when_room(self: &Arc<Self>) -> Option<Slot> {
+        let started = tokio::time::Instant::now();
+        loop {
+            match self.admit() {
+                Admission::Admitted(slot) => return Some(slot),
+                Admission::Full => return None,
+                Admission::Closing if started.elapsed() >= CLOSING_WAIT => return None,
+                Admission::Closing => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
     }
 
     /// Tells the oldest connection still in its handshake to close; false if there is none.
@@ -171,6 +193,15 @@ impl Connections {
         };
         (entry, evicted)
     }
+}
+
+/// What [`Connections::admit`] decided for a new connection.
+enum Admission {
+    Admitted(Slot),
+    /// Every open connection is past its handshake: close the new one.
+    Full,
+    /// Connections evicted to make room have not closed yet: ask again shortly.
+    Closing,
 }
 
 /// One admitted connection's place under the cap, given back on drop.
@@ -219,12 +250,15 @@ async fn accept_loop(
                     if let Some(suppressed) = ACCEPT_LOG.admit() {
                         tracing::warn!(%error, ?pause, suppressed, "cannot accept connections; pausing");
                     }
-                    tokio::time::sleep(pause).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = ready.closed() => return,
+                    }
                 }
                 continue;
             }
         };
-        let Some(slot) = connections.admit() else {
+        let Some(slot) = connections.admit_when_room().await else {
             metrics().connections_refused.inc();
             if let Some(suppressed) = REFUSED_LOG.admit() {
                 tracing::warn!(
@@ -683,12 +717,16 @@ mod tests {
             max_connections: 2,
             ..ConnectionLimits::default()
         });
-        let first = connections.admit().unwrap();
+        let admitted = |admission| match admission {
+            Admission::Admitted(slot) => Some(slot),
+            Admission::Full | Admission::Closing => None,
+        };
+        let first = admitted(connections.admit()).unwrap();
         let (first_entry, mut first_evicted) = connections.start_handshake();
-        let second = connections.admit().unwrap();
+        let second = admitted(connections.admit()).unwrap();
         let (second_entry, mut second_evicted) = connections.start_handshake();
 
-        let third = connections.admit().expect("evicts the oldest handshake");
+        let third = admitted(connections.admit()).expect("evicts the oldest handshake");
         assert!(
             first_evicted.try_recv().is_ok(),
             "the oldest is told to close"
@@ -698,10 +736,10 @@ mod tests {
 
         // The second completes its handshake: nothing is evictable, so the cap holds.
         drop(second_entry);
-        assert!(connections.admit().is_none());
+        assert!(matches!(connections.admit(), Admission::Full));
         drop(second);
         assert!(
-            connections.admit().is_some(),
+            admitted(connections.admit()).is_some(),
             "a closed connection frees its slot"
         );
         drop(third);

@@ -80,6 +80,8 @@ pub async fn run<S: LeaseStore>(
     listeners: Listeners,
     shutdown: Shutdown,
 ) -> Result<(), StartupError> {
+    // Read the TLS files first: a bad one stops the server before anything starts.
+    let tls = options.tls.as_ref().map(TlsFiles::acceptor).transpose()?;
     let health = health::Health::start(store.clone(), shutdown.clone()).await;
     // One cap for the gRPC and health ports: both cost file descriptors.
     let connections = Connections::new(options.connections.clone());
@@ -101,7 +103,6 @@ pub async fn run<S: LeaseStore>(
         side_listeners.spawn(serve_health_only(routes, incoming, shutdown.clone()));
     }
     let routes = routes::grpc_port(store, &options, &health, shutdown.clone())?;
-    let tls = options.tls.as_ref().map(TlsFiles::acceptor).transpose()?;
     let address = listeners.grpc.local_addr().map_err(StartupError::Socket)?;
     tracing::info!(
         %address,
