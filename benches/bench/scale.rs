@@ -9,18 +9,10 @@ use std::time::{Duration, Instant};
 
 use leased::{
     lease::{LeaseId, limits::MAX_NAME_BYTES},
-    proto::{
-        AcquireRequest, Granted, RenewRequest, RenewResponse, acquire_response,
-        lease_service_client::LeaseServiceClient, renew_response,
-    },
+    proto::{Granted, renew_response},
 };
-use tokio::{
-    sync::{mpsc, watch},
-    task::JoinSet,
-    time::MissedTickBehavior,
-};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Streaming, transport::Channel};
+use tokio::{sync::watch, task::JoinSet, time::MissedTickBehavior};
+use tonic::transport::Channel;
 
 use crate::{
     BenchResult,
@@ -288,7 +280,7 @@ async fn held_lease_memory(
     let names = (0..held)
         .map(|index| long_name(&format!("bench/renew-memory/held/{index:07}/")))
         .collect();
-    let leases = acquire_to_the_end(&channels, names).await?;
+    let leases = acquire_many(&channels, names, MEMORY_HELD_TTL_MS, CONCURRENCY).await?;
     let (streams, _) =
         open_bare_streams(&channels, stream_count, "bench/renew-memory/held").await?;
     let rss_empty = settled_rss(&server).await?;
@@ -420,76 +412,17 @@ async fn memory_server(
     Ok((server, channels))
 }
 
-/// Acquires `names` (all free) with [`CONCURRENCY`] callers over `channels`, reading each Acquire
-/// stream to its end: tens of thousands of streams dropped after their `granted` would each be
-/// reset, and h2 ends a connection with too many of those (GOAWAY `too_many_internal_resets`).
-async fn acquire_to_the_end(channels: &[Channel], names: Vec<String>) -> BenchResult<Vec<Granted>> {
-    let names = std::sync::Arc::new(names);
-    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = JoinSet::new();
-    for worker in 0..CONCURRENCY {
-        let mut client = LeaseServiceClient::new(channels[worker % channels.len()].clone());
-        let (names, next) = (names.clone(), next.clone());
-        tasks.spawn(async move {
-            let mut granted = Vec::new();
-            while let Some(name) =
-                names.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-            {
-                let request = AcquireRequest {
-                    name: name.clone(),
-                    holder: "bench".to_owned(),
-                    ttl_ms: MEMORY_HELD_TTL_MS,
-                    wait_ms: 0,
-                };
-                let mut stream = client.acquire(request).await?.into_inner();
-                let mut terminal = None;
-                while let Some(message) = stream.message().await? {
-                    terminal = message.result;
-                }
-                match terminal {
-                    Some(acquire_response::Result::Granted(lease)) => granted.push(lease),
-                    other => return Err(format!("{name} was answered {other:?}").into()),
-                }
-            }
-            BenchResult::Ok(granted)
-        });
-    }
-    let mut all = Vec::with_capacity(names.len());
-    while let Some(joined) = tasks.join_next().await {
-        all.extend(joined??);
-    }
-    Ok(all)
-}
-
-/// A Renew stream driven one renewal at a time, with any names and lease ids.
-struct BareRenewStream {
-    requests: mpsc::Sender<RenewRequest>,
-    responses: Streaming<RenewResponse>,
-}
-
-impl BareRenewStream {
-    /// Sends one renewal and answers what it was answered ("renewed" or "lost").
-    async fn renew(&mut self, lease: &Granted) -> BenchResult<&'static str> {
-        let request = RenewRequest {
-            name: lease.name.clone(),
-            lease_id: lease.lease_id.clone(),
-            ttl_ms: 0,
-        };
-        self.requests
-            .send(request)
-            .await
-            .map_err(|_| "the Renew stream closed")?;
-        let response = self
-            .responses
-            .message()
-            .await?
-            .ok_or("the Renew stream ended")?;
-        Ok(match response.result {
-            Some(renew_response::Result::Renewed(_)) => "renewed",
-            Some(renew_response::Result::Lost(_)) => "lost",
-            None => "no result",
-        })
-    }
+/// Renews `lease` (any name and lease id) on `stream` and says what it was answered: "renewed",
+/// "lost" or "no result".
+async fn renew_kind(stream: &mut RenewStream, lease: &Granted) -> BenchResult<&'static str> {
+    let response = stream
+        .renew(lease.name.clone(), lease.lease_id.clone())
+        .await?;
+    Ok(match response.result {
+        Some(renew_response::Result::Renewed(_)) => "renewed",
+        Some(renew_response::Result::Lost(_)) => "lost",
+        None => "no result",
+    })
 }
 
 /// Opens `count` Renew streams round-robin over `channels`, each answering one `lost` renewal of
@@ -498,7 +431,7 @@ async fn open_bare_streams(
     channels: &[Channel],
     count: usize,
     prefix: &str,
-) -> BenchResult<(Vec<BareRenewStream>, Vec<Duration>)> {
+) -> BenchResult<(Vec<RenewStream>, Vec<Duration>)> {
     let mut tasks = JoinSet::new();
     for index in 0..count {
         let channel = channels[index % channels.len()].clone();
@@ -509,16 +442,8 @@ async fn open_bare_streams(
         };
         tasks.spawn(async move {
             let started = Instant::now();
-            let (requests, outbound) = mpsc::channel(1);
-            let responses = LeaseServiceClient::new(channel)
-                .renew(ReceiverStream::new(outbound))
-                .await?
-                .into_inner();
-            let mut stream = BareRenewStream {
-                requests,
-                responses,
-            };
-            match stream.renew(&never_held).await? {
+            let mut stream = RenewStream::open(channel, Vec::new()).await?;
+            match renew_kind(&mut stream, &never_held).await? {
                 "lost" => BenchResult::Ok((stream, started.elapsed())),
                 other => Err(format!("a never-held name was answered {other}").into()),
             }
@@ -537,17 +462,17 @@ async fn open_bare_streams(
 /// Each stream renews its group of leases in turn, all streams at once; every answer must be
 /// `expected`. Answers the streams and groups back, and the latency of each renewal.
 async fn renew_each(
-    streams: Vec<BareRenewStream>,
+    streams: Vec<RenewStream>,
     groups: Vec<Vec<Granted>>,
     expected: &'static str,
-) -> BenchResult<(Vec<BareRenewStream>, Vec<Vec<Granted>>, Vec<Duration>)> {
+) -> BenchResult<(Vec<RenewStream>, Vec<Vec<Granted>>, Vec<Duration>)> {
     let mut tasks = JoinSet::new();
     for (mut stream, group) in streams.into_iter().zip(groups) {
         tasks.spawn(async move {
             let mut latencies = Vec::with_capacity(group.len());
             for lease in &group {
                 let started = Instant::now();
-                let answer = stream.renew(lease).await?;
+                let answer = renew_kind(&mut stream, lease).await?;
                 if answer != expected {
                     return Err(format!("a renewal was answered {answer}, not {expected}").into());
                 }

@@ -117,13 +117,7 @@ pub async fn acquire_granted(
     name: &str,
     ttl_ms: i64,
 ) -> BenchResult<Granted> {
-    let request = AcquireRequest {
-        name: name.to_owned(),
-        holder: "bench".to_owned(),
-        ttl_ms,
-        wait_ms: 0,
-    };
-    let mut stream = client.acquire(request).await?.into_inner();
+    let mut stream = client.acquire(try_once(name, ttl_ms)).await?.into_inner();
     while let Some(message) = stream.message().await? {
         match message.result {
             Some(acquire_response::Result::Granted(granted)) => return Ok(granted),
@@ -185,7 +179,37 @@ pub fn grpc_cycle_workers(
         .collect()
 }
 
-/// Acquires `names` (all must be free) with `concurrency` callers spread over `channels`.
+/// A try-once Acquire (`wait_ms` 0) of `name` by the holder "bench".
+fn try_once(name: &str, ttl_ms: i64) -> AcquireRequest {
+    AcquireRequest {
+        name: name.to_owned(),
+        holder: "bench".to_owned(),
+        ttl_ms,
+        wait_ms: 0,
+    }
+}
+
+/// [`acquire_granted`] that also reads the stream to its end. For bulk acquires: tens of
+/// thousands of streams dropped after their `granted` would each be reset, and h2 ends a
+/// connection with too many of those (GOAWAY `too_many_internal_resets`).
+async fn acquire_granted_to_the_end(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    ttl_ms: i64,
+) -> BenchResult<Granted> {
+    let mut stream = client.acquire(try_once(name, ttl_ms)).await?.into_inner();
+    let mut terminal = None;
+    while let Some(message) = stream.message().await? {
+        terminal = message.result;
+    }
+    match terminal {
+        Some(acquire_response::Result::Granted(granted)) => Ok(granted),
+        other => Err(format!("{name} was answered {other:?}").into()),
+    }
+}
+
+/// Acquires `names` (all must be free) with `concurrency` callers spread over `channels`, each
+/// Acquire stream read to its end.
 pub async fn acquire_many(
     channels: &[Channel],
     names: Vec<String>,
@@ -205,7 +229,7 @@ pub async fn acquire_many(
                 let Some(name) = names.get(index) else {
                     return BenchResult::Ok(granted);
                 };
-                granted.push(acquire_granted(&mut client, name, ttl_ms).await?);
+                granted.push(acquire_granted_to_the_end(&mut client, name, ttl_ms).await?);
             }
         });
     }
@@ -249,23 +273,29 @@ impl RenewStream {
     pub async fn renew_next(&mut self) -> BenchResult<()> {
         let lease = &self.leases[self.next % self.leases.len()];
         self.next += 1;
-        self.requests
-            .send(RenewRequest {
-                name: lease.name.clone(),
-                lease_id: lease.lease_id.clone(),
-                ttl_ms: 0,
-            })
-            .await
-            .map_err(|_| "the Renew stream closed")?;
-        let response = self
-            .responses
-            .message()
-            .await?
-            .ok_or("the Renew stream ended")?;
+        let (name, lease_id) = (lease.name.clone(), lease.lease_id.clone());
+        let response = self.renew(name, lease_id).await?;
         match response.result {
             Some(renew_response::Result::Renewed(_)) => Ok(()),
             other => Err(format!("renewal of {} answered {other:?}", response.name).into()),
         }
+    }
+
+    /// Sends one renewal (any name and lease id, held or not) and answers its response.
+    pub async fn renew(&mut self, name: String, lease_id: String) -> BenchResult<RenewResponse> {
+        self.requests
+            .send(RenewRequest {
+                name,
+                lease_id,
+                ttl_ms: 0,
+            })
+            .await
+            .map_err(|_| "the Renew stream closed")?;
+        Ok(self
+            .responses
+            .message()
+            .await?
+            .ok_or("the Renew stream ended")?)
     }
 }
 

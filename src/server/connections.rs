@@ -605,14 +605,7 @@ pub struct FdLimit {
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit.
 pub fn raise_fd_limit() -> io::Result<FdLimit> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut limit = nofile_limit()?;
     let before = limit.rlim_cur;
     if limit.rlim_cur < limit.rlim_max {
         limit.rlim_cur = limit.rlim_max;
@@ -629,6 +622,11 @@ pub fn raise_fd_limit() -> io::Result<FdLimit> {
 
 /// The process's soft open-file limit now.
 pub fn fd_limit() -> io::Result<u64> {
+    Ok(nofile_limit()?.rlim_cur)
+}
+
+/// `RLIMIT_NOFILE`, soft and hard.
+fn nofile_limit() -> io::Result<libc::rlimit> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -637,7 +635,7 @@ pub fn fd_limit() -> io::Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(limit.rlim_cur)
+    Ok(limit)
 }
 
 /// The most connections that `fd_limit` leaves room for, after [`RESERVED_FDS`].
