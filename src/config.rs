@@ -35,6 +35,10 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_MAX_WAIT", default_value = "10m", value_parser = humantime::parse_duration)]
     pub max_wait: Duration,
 
+    /// Most permits a counting lease may have (Acquire's `limit`); more get INVALID_ARGUMENT.
+    #[arg(long, env = "LEASED_MAX_LIMIT", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_limit: u32,
+
     /// Each Redis command fails with UNAVAILABLE after this long (Redis down, stalled or partitioned).
     #[arg(long, env = "LEASED_REDIS_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
     pub redis_timeout: Duration,
@@ -168,6 +172,7 @@ impl ServeConfig {
             limits: Limits {
                 max_ttl: self.max_ttl,
                 max_wait: self.max_wait,
+                max_limit: self.max_limit,
             },
             max_concurrent_streams: self.max_concurrent_streams,
             max_message_bytes: self.max_message_bytes,

@@ -36,6 +36,11 @@ pub enum Error {
     #[error("{0}")]
     ResourceExhausted(String),
 
+    /// The request conflicts with the lease's state: a `limit` other than the one its holders
+    /// were granted with.
+    #[error("{0}")]
+    FailedPrecondition(String),
+
     /// The server is draining after SIGTERM.
     #[error("server is shutting down")]
     ShuttingDown,
@@ -73,6 +78,7 @@ impl From<Error> for Status {
             Error::Unauthenticated(message) => Status::unauthenticated(message),
             Error::PermissionDenied(message) => Status::permission_denied(message),
             Error::ResourceExhausted(message) => Status::resource_exhausted(message),
+            Error::FailedPrecondition(message) => Status::failed_precondition(message),
             Error::ShuttingDown => Status::unavailable("server is shutting down"),
             Error::Internal { name, detail } => {
                 if let Some(suppressed) = INTERNAL_ERROR.admit() {

@@ -14,6 +14,9 @@ pub const MAX_HOLDER_BYTES: usize = 256;
 pub const MAX_LEASE_ID_BYTES: usize = 128;
 /// Shortest accepted TTL: shorter leases would expire before a round trip completes.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest accepted lock-delay: long enough for any pause a holder can notice, short enough
+/// that a dead holder cannot block a name for long.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
 
 /// The configurable limits of one server.
 #[derive(Clone, Debug)]
@@ -22,6 +25,9 @@ pub struct Limits {
     pub max_ttl: Duration,
     /// Longest `wait_ms` a client may ask for (default 10 min).
     pub max_wait: Duration,
+    /// Most permits a counting lease may have (default 10,000): each taken permit is a record
+    /// that every operation on the name may read.
+    pub max_limit: u32,
 }
 
 impl Default for Limits {
@@ -29,19 +35,33 @@ impl Default for Limits {
         Limits {
             max_ttl: Duration::from_secs(24 * 3600),
             max_wait: Duration::from_secs(10 * 60),
+            max_limit: 10_000,
         }
     }
 }
 
+/// The fields of an `Acquire` request, as received.
+#[derive(Clone, Debug, Default)]
+pub struct AcquireFields<'a> {
+    pub name: &'a str,
+    pub holder: String,
+    pub ttl_ms: i64,
+    pub wait_ms: i64,
+    pub limit: u32,
+    pub lock_delay_ms: i64,
+}
+
 impl Limits {
     /// Validates the fields of an `Acquire` request.
-    pub fn validate_acquire(
-        &self,
-        name: &str,
-        holder: String,
-        ttl_ms: i64,
-        wait_ms: i64,
-    ) -> Result<ValidatedAcquire> {
+    pub fn validate_acquire(&self, fields: AcquireFields<'_>) -> Result<ValidatedAcquire> {
+        let AcquireFields {
+            name,
+            holder,
+            ttl_ms,
+            wait_ms,
+            limit,
+            lock_delay_ms,
+        } = fields;
         let name = parse_name(name)?;
         if holder.len() > MAX_HOLDER_BYTES {
             return Err(Error::invalid(
@@ -52,11 +72,29 @@ impl Limits {
         refuse_hidden_characters("holder", &holder)?;
         let ttl = self.ttl("ttl_ms", ttl_ms)?;
         let wait = self.wait(wait_ms)?;
+        if limit > self.max_limit {
+            return Err(Error::invalid(
+                "limit",
+                format!(
+                    "must be at most {} (0 or 1: an exclusive lease), got {limit}",
+                    self.max_limit
+                ),
+            ));
+        }
+        let max_delay_ms = MAX_LOCK_DELAY.as_millis() as i64;
+        if !(0..=max_delay_ms).contains(&lock_delay_ms) {
+            return Err(Error::invalid(
+                "lock_delay_ms",
+                format!("must be between 0 and {max_delay_ms} milliseconds, got {lock_delay_ms}"),
+            ));
+        }
         Ok(ValidatedAcquire {
             name,
             holder,
             ttl,
             wait,
+            limit: limit.max(1),
+            lock_delay: Duration::from_millis(lock_delay_ms as u64),
         })
     }
 
@@ -233,7 +271,12 @@ mod tests {
 
     fn holder_error(holder: &str) -> String {
         Limits::default()
-            .validate_acquire("a", holder.to_owned(), 1_000, 0)
+            .validate_acquire(AcquireFields {
+                name: "a",
+                holder: holder.to_owned(),
+                ttl_ms: 1_000,
+                ..AcquireFields::default()
+            })
             .unwrap_err()
             .to_string()
     }
@@ -290,7 +333,12 @@ mod tests {
             "~ \\ \"'",
         ] {
             let request = limits
-                .validate_acquire("a", holder.to_owned(), 1_000, 0)
+                .validate_acquire(AcquireFields {
+                name: "a",
+                holder: holder.to_owned(),
+                ttl_ms: 1_000,
+                ..AcquireFields::default()
+            })
                 .unwrap_or_else(|error| panic!("{holder:?}: {error}"));
             assert_eq!(request.holder, holder);
         }

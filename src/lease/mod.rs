@@ -69,6 +69,11 @@ pub struct ValidatedAcquire {
     pub ttl: Duration,
     /// How long to wait for a busy lease; zero tries once.
     pub wait: Duration,
+    /// How many holders may hold the name at once: 1 for an exclusive lease, N > 1 for a
+    /// counting lease of N permits.
+    pub limit: u32,
+    /// After an expiry (not a release), the name (this permit) stays ungrantable this long.
+    pub lock_delay: Duration,
 }
 
 /// A lease granted to the caller.
@@ -81,7 +86,7 @@ pub struct Grant {
     pub expires_at_ms: i64,
 }
 
-/// Who holds a lease now, as anyone may see it (never the lease id).
+/// Who holds a lease (one permit of a counting lease) now, as anyone may see it (never the lease id).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderInfo {
     pub holder: String,
@@ -95,10 +100,61 @@ pub struct HolderInfo {
 /// When a held lease ends unless renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expiry {
-    /// Milliseconds from the store's "now"; never negative.
+    /// Milliseconds from the store's "now" until the name (permit) can be granted again: the
+    /// rest of the TTL plus the lock-delay. Never negative.
     pub remaining_ms: i64,
-    /// Unix milliseconds on the store's clock.
+    /// When the lease expires, Unix milliseconds on the store's clock. In the lock-delay after
+    /// an expiry it is past while `remaining_ms` is not yet 0.
     pub at_unix_ms: i64,
+}
+
+/// How many permits of a name are taken, and which frees soonest: what a caller that was not
+/// granted is told. An exclusive lease is a limit of 1.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Occupancy {
+    /// The permit that frees soonest (the holder, for an exclusive lease); `None` when no permit
+    /// is taken.
+    pub holder: Option<HolderInfo>,
+    /// Permits taken: held, or in their lock-delay.
+    pub held: u32,
+    /// The limit in force; 0 when no permit is taken.
+    pub limit: u32,
+}
+
+impl Occupancy {
+    /// Nobody holds the name.
+    pub fn free() -> Self {
+        Occupancy::default()
+    }
+
+    /// One holder of an exclusive lease.
+    pub fn exclusive(holder: HolderInfo) -> Self {
+        Occupancy {
+            holder: Some(holder),
+            held: 1,
+            limit: 1,
+        }
+    }
+
+    /// How many permits are free for a caller asking for `limit`: those the first callers in
+    /// line may take. With none taken, the caller's own limit is the bound.
+    pub fn free_permits(&self, limit: u32) -> u32 {
+        match self.held {
+            0 => limit,
+            held => self.limit.saturating_sub(held),
+        }
+    }
+}
+
+/// What `Describe` shows of a name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Description {
+    /// The limit in force; 0 when nobody holds the name.
+    pub limit: u32,
+    /// Every permit taken (held, or in its lock-delay), by increasing fencing token.
+    pub holders: Vec<HolderInfo>,
+    /// Callers waiting in the name's queue, on every replica.
+    pub waiters: u32,
 }
 
 impl HolderInfo {
@@ -112,16 +168,20 @@ impl HolderInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireOutcome {
     Granted(Grant),
-    /// Not granted now. `holder` is `None` when the lease is free but someone ahead in the queue
-    /// gets it first. `position` is the caller's place in the queue (1 = next), 0 if it did not
-    /// queue (a try-once attempt).
+    /// Not granted now: every permit is taken, or the free ones go to callers ahead in the queue
+    /// (`occupancy.holder` is `None` when none is taken). `position` is the caller's place in the
+    /// queue (1 = next), 0 if it did not queue (a try-once attempt).
     Busy {
-        holder: Option<HolderInfo>,
+        occupancy: Occupancy,
         position: u32,
     },
     /// The queue of this name is full (`--max-waiters-per-name`, across all replicas).
     QueueFull {
         limit: usize,
+    },
+    /// The name's current holders were granted with another limit: this one, in force.
+    LimitMismatch {
+        limit: u32,
     },
 }
 
@@ -129,7 +189,7 @@ pub enum AcquireOutcome {
 /// about, its position (0 = not in the queue).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueStatus {
-    pub holder: Option<HolderInfo>,
+    pub occupancy: Occupancy,
     pub positions: Vec<u32>,
 }
 
@@ -147,7 +207,7 @@ pub enum RenewOutcome {
 /// Why a renewal found the lease no longer the caller's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseGone {
-    /// Nobody holds it: the TTL passed or it was released.
+    /// Nobody holds it: the TTL passed (the lock-delay may still run) or it was released.
     ExpiredOrReleased,
     /// Someone else holds it now.
     HeldByAnother,
@@ -171,14 +231,14 @@ impl LeaseGone {
 /// only the first in line is granted. The store tells this replica's [`Waiters`] when an entry
 /// here is first in line and the lease is free (`wake`), and when positions moved (`moved`).
 pub trait LeaseStore: Send + Sync + 'static {
-    /// Grants `name` to `lease_id` if it is free and nobody is ahead in the queue, or answers who
-    /// holds it. With `entry`, a caller that is not granted joins the queue (or keeps its place).
+    /// Grants `request.name` to `lease_id` if a permit is free for it (the lease is free, for an
+    /// exclusive lease) and nobody is ahead in the queue to take it, or answers who holds it.
+    /// With `entry`, a caller that is not granted joins the queue (or keeps its place).
     /// Idempotent for one `lease_id`: retrying after an unknown outcome returns the same grant.
+    /// Only `name`, `holder`, `ttl`, `limit` and `lock_delay` of the request are read.
     fn try_acquire(
         &self,
-        name: &LeaseName,
-        holder: &str,
-        ttl: Duration,
+        request: &ValidatedAcquire,
         lease_id: &LeaseId,
         entry: Option<&str>,
     ) -> impl Future<Output = Result<AcquireOutcome>> + Send;
@@ -191,17 +251,16 @@ pub trait LeaseStore: Send + Sync + 'static {
         ttl: Option<Duration>,
     ) -> impl Future<Output = Result<RenewOutcome>> + Send;
 
-    /// Ends the lease if `lease_id` holds it and wakes the first in line; false if it did not
-    /// hold it.
+    /// Ends the lease (the permit) if `lease_id` holds it, without lock-delay, and wakes the
+    /// caller in line that the freed permit goes to; false if it did not hold it.
     fn release(
         &self,
         name: &LeaseName,
         lease_id: &LeaseId,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Who holds `name`, if anyone.
-    fn describe(&self, name: &LeaseName)
-    -> impl Future<Output = Result<Option<HolderInfo>>> + Send;
+    /// Who holds `name` (every permit), and how many wait for it.
+    fn describe(&self, name: &LeaseName) -> impl Future<Output = Result<Description>> + Send;
 
     /// Takes these entries (callers that gave up) out of the queue of `name`.
     fn leave(

@@ -18,7 +18,7 @@ use std::{
 
 use tokio::sync::{Notify, watch};
 
-use super::{HolderInfo, LeaseName};
+use super::{LeaseName, Occupancy};
 use crate::metrics::metrics;
 
 /// Where one waiting caller stands, as last read from the store.
@@ -26,8 +26,8 @@ use crate::metrics::metrics;
 pub struct Placement {
     /// 1 = next in line; 0 = not in the queue (it was purged or Redis lost it): join again.
     pub position: u32,
-    /// Who holds the lease; `None` while it is free (being handed to the first in line).
-    pub holder: Option<HolderInfo>,
+    /// Who holds the lease (its permits).
+    pub occupancy: Occupancy,
 }
 
 /// The callers of this replica waiting in the store's queues, by lease name.

@@ -11,7 +11,7 @@ use tokio::{
 };
 
 use super::{
-    AcquireOutcome, Grant, HolderInfo, LeaseId, LeaseName, LeaseStore, Placement, QueueStatus,
+    AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, QueueStatus,
     ValidatedAcquire, queue::Ticket,
 };
 use crate::{
@@ -44,9 +44,9 @@ pub enum AcquireEvent {
     Waiting(Placement),
     /// Terminal: the caller holds the lease, once it takes the grant out of the delivery.
     Granted(GrantDelivery),
-    /// Terminal: not granted (at once for a try-once call, or the wait ran out). `None`: the lease
-    /// is free, but someone ahead in the queue gets it first.
-    NotGranted(Option<HolderInfo>),
+    /// Terminal: not granted (at once for a try-once call, or the wait ran out): who holds it.
+    /// No holder: the lease is free, but someone ahead in the queue gets it first.
+    NotGranted(Occupancy),
 }
 
 /// A grant on its way to the caller. Dropped before [`GrantDelivery::deliver`] (the caller left
@@ -87,7 +87,7 @@ impl std::fmt::Debug for GrantDelivery {
 /// How a wait ends.
 enum Terminal {
     Granted(Grant),
-    NotGranted(Option<HolderInfo>),
+    NotGranted(Occupancy),
 }
 
 /// Runs one `Acquire`: returns the events as a channel fed by a spawned task. Dropping the
@@ -119,8 +119,8 @@ pub fn acquire<S: LeaseStore>(
                 // If the caller left, the unsent delivery drops here and releases the lease.
                 let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
             }
-            Ok(Some(Terminal::NotGranted(holder))) => {
-                let _ = events.send(Ok(AcquireEvent::NotGranted(holder))).await;
+            Ok(Some(Terminal::NotGranted(occupancy))) => {
+                let _ = events.send(Ok(AcquireEvent::NotGranted(occupancy))).await;
             }
             Ok(None) => {} // the caller left or the server stops; nothing to say
             Err(error) => {
@@ -153,12 +153,10 @@ async fn wait_for_grant<S: LeaseStore>(
         true => None,
         false => Some(join(store, &request.name)),
     };
-    let mut reported: Option<(u32, Option<(String, u64)>)> = None;
+    let mut reported: Option<(u32, u32, Option<(String, u64)>)> = None;
     loop {
         let entry = ticket.as_ref().map(Ticket::entry);
-        let outcome = store
-            .try_acquire(&request.name, &request.holder, request.ttl, lease_id, entry)
-            .await?;
+        let outcome = store.try_acquire(request, lease_id, entry).await?;
         let mut placement = match outcome {
             AcquireOutcome::Granted(grant) => {
                 if let Some(ticket) = ticket.take() {
@@ -171,21 +169,36 @@ async fn wait_for_grant<S: LeaseStore>(
                     "too many callers are waiting for this lease (limit {limit})"
                 )));
             }
-            AcquireOutcome::Busy { holder, position } => Placement { position, holder },
+            AcquireOutcome::LimitMismatch { limit } => {
+                return Err(Error::FailedPrecondition(format!(
+                    "limit {} differs from the limit in force, {limit}: every holder of a name \
+                     must ask for the same limit",
+                    request.limit
+                )));
+            }
+            AcquireOutcome::Busy {
+                occupancy,
+                position,
+            } => Placement {
+                position,
+                occupancy,
+            },
         };
         let Some(ticket) = ticket.as_mut() else {
-            return Ok(Some(Terminal::NotGranted(placement.holder)));
+            return Ok(Some(Terminal::NotGranted(placement.occupancy)));
         };
         let wake = ticket.wake_signal();
         // Wait in line until there is a reason to try again.
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Ok(Some(Terminal::NotGranted(placement.holder)));
+                return Ok(Some(Terminal::NotGranted(placement.occupancy)));
             }
+            let occupancy = &placement.occupancy;
             let shown = (
                 placement.position,
-                placement
+                occupancy.held,
+                occupancy
                     .holder
                     .as_ref()
                     .map(|h| (h.holder.clone(), h.fencing_token)),
@@ -197,9 +210,11 @@ async fn wait_for_grant<S: LeaseStore>(
                     return Ok(None);
                 }
             }
-            // Only the first in line acts on the holder's expiry; the others move up when it is granted.
-            let wake_at = match (&placement.holder, placement.position) {
-                (Some(holder), 1) => match holder.expiry {
+            // Only the first in line acts on the expiry of the permit that frees soonest; the
+            // others move up when it is granted.
+            let no_permit_free = placement.occupancy.free_permits(request.limit) == 0;
+            let wake_at = match (&placement.occupancy.holder, placement.position) {
+                (Some(holder), 1) if no_permit_free => match holder.expiry {
                     Some(expiry) => {
                         let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
                         deadline.min(now + remaining + EXPIRY_SLACK)
@@ -212,9 +227,10 @@ async fn wait_for_grant<S: LeaseStore>(
                 _ = wake.notified() => break,
                 moved = ticket.moved() => {
                     placement = moved;
-                    // Dropped from the queue (purged, or Redis lost it): join again. First in
-                    // line with the lease free: take it.
-                    if placement.position == 0 || (placement.position == 1 && placement.holder.is_none()) {
+                    // Dropped from the queue (purged, or Redis lost it): join again. Close enough
+                    // to the front that a free permit is this caller's: take it.
+                    let free = placement.occupancy.free_permits(request.limit);
+                    if placement.position == 0 || placement.position <= free {
                         break;
                     }
                 }
@@ -279,25 +295,41 @@ async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Not
     store.unlisten(&name);
 }
 
-/// Hands each waiter its placement, and wakes the first in line if the lease is free.
+/// Hands each waiter its placement, and wakes the first in line if the lease is free (with a
+/// counting lease, each caller close enough to the front that a free permit is its own). Waking
+/// a caller whose placement did not change matters: it may have missed its wake-up.
 fn place<S: LeaseStore>(store: &S, name: &LeaseName, entries: Vec<String>, status: QueueStatus) {
-    let QueueStatus { holder, positions } = status;
-    let mut first = None;
+    let QueueStatus {
+        occupancy,
+        positions,
+    } = status;
+    // With no permit taken, the limit is the first caller's to set: wake that one only.
+    let free = match occupancy.held {
+        0 => 1,
+        held => occupancy.limit.saturating_sub(held),
+    };
+    let mut to_wake = Vec::new();
     let placements = entries
         .into_iter()
         .zip(positions)
         .inspect(|(entry, position)| {
-            if *position == 1 {
-                first = Some(entry.clone());
+            if (1..=free).contains(position) {
+                to_wake.push(entry.clone());
             }
         })
         .map(|(entry, position)| {
-            let holder = holder.clone();
-            (entry, Placement { position, holder })
+            let occupancy = occupancy.clone();
+            (
+                entry,
+                Placement {
+                    position,
+                    occupancy,
+                },
+            )
         })
         .collect();
     store.waiters().place(name.as_str(), placements);
-    if let (Some(entry), None) = (first, &holder) {
+    for entry in to_wake {
         store.waiters().wake(name.as_str(), &entry);
     }
 }
@@ -319,7 +351,11 @@ async fn release_quietly<S: LeaseStore>(store: &S, name: &LeaseName, lease_id: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{lease::Limits, shutdown, store::MemoryStore};
+    use crate::{
+        lease::{Limits, limits::AcquireFields},
+        shutdown,
+        store::MemoryStore,
+    };
 
     const NAME: &str = "jobs/nightly";
 
@@ -330,11 +366,9 @@ mod tests {
     /// Grants `NAME` to "holder" for `ttl_ms`; returns its lease id and fencing token.
     async fn hold(store: &MemoryStore, ttl_ms: u64) -> (LeaseId, u64) {
         let lease_id = LeaseId::generate();
-        let ttl = Duration::from_millis(ttl_ms);
-        match store
-            .try_acquire(&name(), "holder", ttl, &lease_id, None)
-            .await
-        {
+        let mut holder = request(ttl_ms as i64, 0);
+        holder.holder = "holder".into();
+        match store.try_acquire(&holder, &lease_id, None).await {
             Ok(AcquireOutcome::Granted(grant)) => (lease_id, grant.fencing_token),
             other => panic!("expected a grant, got {other:?}"),
         }
@@ -344,7 +378,13 @@ mod tests {
     fn request(ttl_ms: i64, wait_ms: i64) -> ValidatedAcquire {
         let limits = Limits::default();
         limits
-            .validate_acquire(NAME, "waiter".into(), ttl_ms, wait_ms)
+            .validate_acquire(AcquireFields {
+                name: NAME,
+                holder: "waiter".into(),
+                ttl_ms,
+                wait_ms,
+                ..AcquireFields::default()
+            })
             .unwrap()
     }
 
@@ -353,7 +393,7 @@ mod tests {
         match events.recv().await.unwrap().unwrap() {
             AcquireEvent::Waiting(placement) => (
                 placement.position,
-                placement.holder.map_or(0, |h| h.fencing_token),
+                placement.occupancy.holder.map_or(0, |h| h.fencing_token),
             ),
             other => panic!("expected Waiting, got {other:?}"),
         }
@@ -430,19 +470,13 @@ mod tests {
         // Released and retried in the same instant, before the waiter's task runs.
         assert!(store.release(&name(), &holder_id).await.unwrap());
         let outcome = store
-            .try_acquire(
-                &name(),
-                "barger",
-                Duration::from_secs(1),
-                &LeaseId::generate(),
-                None,
-            )
+            .try_acquire(&request(1_000, 0), &LeaseId::generate(), None)
             .await
             .unwrap();
         assert_eq!(
             outcome,
             AcquireOutcome::Busy {
-                holder: None,
+                occupancy: Occupancy::free(),
                 position: 0
             }
         );
@@ -475,7 +509,9 @@ mod tests {
         let mut events = acquire(store.clone(), request(10_000, 5_000), Shutdown::never());
         next_waiting(&mut events).await;
         match events.recv().await.unwrap().unwrap() {
-            AcquireEvent::NotGranted(Some(info)) => {
+            AcquireEvent::NotGranted(Occupancy {
+                holder: Some(info), ..
+            }) => {
                 assert_eq!(info.holder, "holder");
                 assert_eq!(info.fencing_token, holder_token);
             }
@@ -497,7 +533,10 @@ mod tests {
         let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
         assert!(matches!(
             events.recv().await.unwrap().unwrap(),
-            AcquireEvent::NotGranted(Some(_))
+            AcquireEvent::NotGranted(Occupancy {
+                holder: Some(_),
+                ..
+            })
         ));
         assert_eq!(Instant::now(), start);
         assert_eq!(store.waiters().count(), 0);
@@ -554,7 +593,7 @@ mod tests {
             Shutdown::never(),
         ));
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(store.describe(&name()).await.unwrap(), None);
+        assert!(store.describe(&name()).await.unwrap().holders.is_empty());
     }
 
     /// A grant that reached the stream's buffer but was never taken out (the caller's cancel
@@ -609,8 +648,149 @@ mod tests {
         let mut once = acquire(store.clone(), request(10_000, 0), Shutdown::never());
         assert!(matches!(
             once.recv().await.unwrap().unwrap(),
-            AcquireEvent::NotGranted(Some(_))
+            AcquireEvent::NotGranted(Occupancy {
+                holder: Some(_),
+                ..
+            })
         ));
+    }
+
+    /// An Acquire of `NAME` with a limit and a lock-delay.
+    fn counting_request(
+        ttl_ms: i64,
+        wait_ms: i64,
+        limit: u32,
+        lock_delay_ms: i64,
+    ) -> ValidatedAcquire {
+        Limits::default()
+            .validate_acquire(AcquireFields {
+                name: NAME,
+                holder: "waiter".into(),
+                ttl_ms,
+                wait_ms,
+                limit,
+                lock_delay_ms,
+            })
+            .unwrap()
+    }
+
+    /// Takes a permit of `NAME` at once; panics if none is free.
+    async fn take(store: &MemoryStore, request: &ValidatedAcquire) -> (LeaseId, Grant) {
+        let lease_id = LeaseId::generate();
+        match store.try_acquire(request, &lease_id, None).await {
+            Ok(AcquireOutcome::Granted(grant)) => (lease_id, grant),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    /// Two permits taken, two callers waiting: the first permit to expire goes to the first in
+    /// line at its expiry (not before), the second to the second; each expiry frees one permit.
+    #[tokio::test(start_paused = true)]
+    async fn each_expiring_permit_goes_to_the_next_in_line() {
+        let store = MemoryStore::new(16);
+        let start = Instant::now();
+        take(&store, &counting_request(1_000, 0, 2, 0)).await;
+        take(&store, &counting_request(3_000, 0, 2, 0)).await;
+        let mut first = acquire(
+            store.clone(),
+            counting_request(60_000, 60_000, 2, 0),
+            Shutdown::never(),
+        );
+        assert_eq!(next_waiting(&mut first).await.0, 1);
+        let mut second = acquire(
+            store.clone(),
+            counting_request(60_000, 60_000, 2, 0),
+            Shutdown::never(),
+        );
+        assert_eq!(next_waiting(&mut second).await.0, 2);
+
+        let first_grant = loop {
+            match first.recv().await.unwrap().unwrap() {
+                AcquireEvent::Granted(delivery) => break delivery.deliver(),
+                AcquireEvent::Waiting(_) => continue,
+                other => panic!("expected Granted, got {other:?}"),
+            }
+        };
+        let first_at = Instant::now() - start;
+        assert!(
+            first_at >= Duration::from_secs(1),
+            "granted at {first_at:?}"
+        );
+        assert!(first_at <= Duration::from_millis(1_000) + EXPIRY_SLACK + Duration::from_millis(1));
+
+        let second_grant = loop {
+            match second.recv().await.unwrap().unwrap() {
+                AcquireEvent::Granted(delivery) => break delivery.deliver(),
+                AcquireEvent::Waiting(_) => continue,
+                other => panic!("expected Granted, got {other:?}"),
+            }
+        };
+        let second_at = Instant::now() - start;
+        assert!(
+            second_at >= Duration::from_secs(3),
+            "granted at {second_at:?}"
+        );
+        assert!(
+            second_at <= Duration::from_millis(3_000) + EXPIRY_SLACK + Duration::from_millis(1)
+        );
+        assert!(second_grant.fencing_token > first_grant.fencing_token);
+    }
+
+    /// A lease with a lock-delay that expires stays taken until the delay has passed: the waiter
+    /// is granted at expiry + delay, and is told so (`remaining_ms` counts the delay).
+    #[tokio::test(start_paused = true)]
+    async fn an_expiry_is_followed_by_the_lock_delay() {
+        let store = MemoryStore::new(16);
+        let start = Instant::now();
+        take(&store, &counting_request(1_000, 0, 1, 500)).await;
+        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        match events.recv().await.unwrap().unwrap() {
+            AcquireEvent::Waiting(placement) => {
+                let holder = placement.occupancy.holder.expect("a holder");
+                assert_eq!(holder.expiry.unwrap().remaining_ms, 1_500);
+            }
+            other => panic!("expected Waiting, got {other:?}"),
+        }
+        next_grant(&mut events).await;
+        let granted_at = Instant::now() - start;
+        assert!(
+            granted_at >= Duration::from_millis(1_500),
+            "granted at {granted_at:?}"
+        );
+        assert!(
+            granted_at <= Duration::from_millis(1_500) + EXPIRY_SLACK + Duration::from_millis(1)
+        );
+    }
+
+    /// A release ends a lease with a lock-delay at once: no delay for the next in line.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_skips_the_lock_delay() {
+        let store = MemoryStore::new(16);
+        let (holder_id, _) = take(&store, &counting_request(10_000, 0, 1, 5_000)).await;
+        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        next_waiting(&mut events).await;
+        let released_at = Instant::now();
+        assert!(store.release(&name(), &holder_id).await.unwrap());
+        next_grant(&mut events).await;
+        assert_eq!(Instant::now(), released_at);
+    }
+
+    /// Another limit than the holders' is refused, naming the limit in force.
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_other_than_the_holders_is_refused() {
+        let store = MemoryStore::new(16);
+        take(&store, &counting_request(10_000, 0, 3, 0)).await;
+        let mut events = acquire(
+            store.clone(),
+            counting_request(10_000, 0, 2, 0),
+            Shutdown::never(),
+        );
+        match events.recv().await.unwrap() {
+            Err(Error::FailedPrecondition(message)) => {
+                assert!(message.contains("limit in force, 3"), "{message}")
+            }
+            other => panic!("expected FailedPrecondition, got {other:?}"),
+        }
     }
 
     /// Shutdown ends a waiter with `ShuttingDown` at once and removes it.

@@ -8,7 +8,9 @@ use super::{
     service::{LeaseServiceImpl, ResponseStream, authorize},
 };
 use crate::{
-    lease::{HolderInfo, LeaseName, LeaseStore, Placement, waiting::AcquireEvent},
+    lease::{
+        LeaseName, LeaseStore, Occupancy, Placement, limits::AcquireFields, waiting::AcquireEvent,
+    },
     metrics::{StreamRecorder, metrics},
     proto::{
         self, AcquireRequest, AcquireResponse, Granted, NotGranted, Waiting, acquire_response,
@@ -21,12 +23,14 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         principal: Option<Principal>,
         request: AcquireRequest,
     ) -> Result<Response<ResponseStream<AcquireResponse>>, Status> {
-        let request = self.limits.validate_acquire(
-            &request.name,
-            request.holder,
-            request.ttl_ms,
-            request.wait_ms,
-        )?;
+        let request = self.limits.validate_acquire(AcquireFields {
+            name: &request.name,
+            holder: request.holder,
+            ttl_ms: request.ttl_ms,
+            wait_ms: request.wait_ms,
+            limit: request.limit,
+            lock_delay_ms: request.lock_delay_ms,
+        })?;
         authorize(&principal, Operation::Acquire, &request.name)?;
         let name = request.name.clone();
         let events =
@@ -66,24 +70,33 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
                 expires_at: Some(proto::timestamp_from_unix_ms(grant.expires_at_ms)),
             })
         }
-        AcquireEvent::Waiting(Placement { position, holder }) => {
-            tracing::debug!(rpc = "Acquire", %name, position, "waiting");
-            let (holder, fencing_token, remaining_ms) = holder_fields(holder);
+        AcquireEvent::Waiting(Placement {
+            position,
+            occupancy,
+        }) => {
+            tracing::debug!(rpc = "Acquire", %name, position, held = occupancy.held, "waiting");
+            let (held, limit) = (occupancy.held, occupancy.limit);
+            let (holder, fencing_token, remaining_ms) = holder_fields(occupancy);
             acquire_response::Result::Waiting(Waiting {
                 holder,
                 fencing_token,
                 remaining_ms,
                 position,
+                held,
+                limit,
             })
         }
-        AcquireEvent::NotGranted(holder) => {
+        AcquireEvent::NotGranted(occupancy) => {
             metrics().not_granted.inc();
-            let (holder, fencing_token, remaining_ms) = holder_fields(holder);
-            tracing::debug!(rpc = "Acquire", %name, holder_token = fencing_token, "not granted");
+            let (held, limit) = (occupancy.held, occupancy.limit);
+            let (holder, fencing_token, remaining_ms) = holder_fields(occupancy);
+            tracing::debug!(rpc = "Acquire", %name, holder_token = fencing_token, held, "not granted");
             acquire_response::Result::NotGranted(NotGranted {
                 holder,
                 fencing_token,
                 remaining_ms,
+                held,
+                limit,
             })
         }
     };
@@ -92,10 +105,11 @@ fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {
     }
 }
 
-/// The holder as `Waiting` and `NotGranted` carry it: "", 0, 0 while the lease is free but being
-/// handed to a caller ahead in the queue; `remaining_ms` -1 for a lease without expiry.
-fn holder_fields(holder: Option<HolderInfo>) -> (String, u64, i64) {
-    match holder {
+/// The holder (the permit that frees soonest) as `Waiting` and `NotGranted` carry it: "", 0, 0
+/// while the lease is free but being handed to a caller ahead in the queue; `remaining_ms` -1 for
+/// a lease without expiry.
+fn holder_fields(occupancy: Occupancy) -> (String, u64, i64) {
+    match occupancy.holder {
         Some(holder) => {
             let remaining_ms = holder.remaining_ms_or_minus_one();
             (holder.holder, holder.fencing_token, remaining_ms)

@@ -159,19 +159,32 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
     ) -> crate::error::Result<DescribeResponse> {
         let name = parse_name(&request.name)?;
         authorize(&principal, Operation::Describe, &name)?;
-        let holder = self.store.describe(&name).await?;
-        tracing::debug!(rpc = "Describe", %name, held = holder.is_some());
-        Ok(match holder {
-            None => DescribeResponse::default(),
-            Some(holder) => DescribeResponse {
-                held: true,
+        let description = self.store.describe(&name).await?;
+        tracing::debug!(rpc = "Describe", %name, held = description.holders.len());
+        let holders: Vec<proto::HolderInfo> = description
+            .holders
+            .into_iter()
+            .map(|holder| proto::HolderInfo {
                 remaining_ms: holder.remaining_ms_or_minus_one(),
-                holder: holder.holder,
-                fencing_token: holder.fencing_token,
                 expires_at: holder
                     .expiry
                     .map(|expiry| proto::timestamp_from_unix_ms(expiry.at_unix_ms)),
-            },
+                holder: holder.holder,
+                fencing_token: holder.fencing_token,
+            })
+            .collect();
+        // The single-holder fields, which clients from before counting leases read: the holder
+        // with the smallest token.
+        let first = holders.first().cloned().unwrap_or_default();
+        Ok(DescribeResponse {
+            held: !holders.is_empty(),
+            holder: first.holder,
+            fencing_token: first.fencing_token,
+            remaining_ms: first.remaining_ms,
+            expires_at: first.expires_at,
+            limit: description.limit,
+            holders,
+            waiters: description.waiters,
         })
     }
 }

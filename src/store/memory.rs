@@ -13,8 +13,8 @@ use super::unix_micros;
 use crate::{
     error::Result,
     lease::{
-        AcquireOutcome, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName, LeaseStore,
-        QueueStatus, RenewOutcome, Waiters,
+        AcquireOutcome, Description, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName,
+        LeaseStore, Occupancy, QueueStatus, RenewOutcome, ValidatedAcquire, Waiters,
     },
 };
 
@@ -31,12 +31,22 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct State {
-    leases: HashMap<String, HeldLease>,
+    /// The permits taken of each name: one for an exclusive lease. No name without permits.
+    leases: HashMap<String, Permits>,
     /// Queue entries of waiting callers by name, first in line at the front; no empty queues.
     queues: HashMap<String, VecDeque<String>>,
     /// The last fencing token issued, for all names: one counter keeps every name's tokens
     /// increasing, and flooring it at the clock keeps them increasing across a restart.
     last_token: u64,
+}
+
+/// The permits of one name taken now: held, or in their lock-delay. May hold permits that
+/// freed (reads skip them; writes and the sweep drop them).
+#[derive(Debug)]
+struct Permits {
+    /// The limit they were granted with (1: an exclusive lease).
+    limit: u32,
+    taken: Vec<HeldLease>,
 }
 
 #[derive(Debug)]
@@ -45,14 +55,21 @@ struct HeldLease {
     holder: String,
     fencing_token: u64,
     ttl: Duration,
+    lock_delay: Duration,
     expires_at: Instant,
     /// The same moment as `expires_at`, in Unix milliseconds, for replies.
     expires_at_unix_ms: i64,
 }
 
 impl HeldLease {
-    fn is_live(&self, now: Instant) -> bool {
+    /// Its holder holds it: the TTL has not passed.
+    fn is_held(&self, now: Instant) -> bool {
         self.expires_at > now
+    }
+
+    /// Its permit is taken: held, or in the lock-delay after its expiry.
+    fn is_taken(&self, now: Instant) -> bool {
+        self.expires_at + self.lock_delay > now
     }
 
     fn grant(&self) -> Grant {
@@ -65,7 +82,8 @@ impl HeldLease {
     }
 
     fn info(&self, now: Instant) -> HolderInfo {
-        let remaining_ms = self.expires_at.saturating_duration_since(now).as_millis() as i64;
+        let frees_at = self.expires_at + self.lock_delay;
+        let remaining_ms = frees_at.saturating_duration_since(now).as_millis() as i64;
         HolderInfo {
             holder: self.holder.clone(),
             fencing_token: self.fencing_token,
@@ -73,6 +91,28 @@ impl HeldLease {
                 remaining_ms,
                 at_unix_ms: self.expires_at_unix_ms,
             }),
+        }
+    }
+}
+
+impl Permits {
+    fn taken(&self, now: Instant) -> impl Iterator<Item = &HeldLease> {
+        self.taken.iter().filter(move |lease| lease.is_taken(now))
+    }
+
+    fn occupancy(&self, now: Instant) -> Occupancy {
+        let held = self.taken(now).count() as u32;
+        if held == 0 {
+            return Occupancy::free();
+        }
+        let soonest = self
+            .taken(now)
+            .min_by_key(|lease| lease.expires_at + lease.lock_delay)
+            .map(|lease| lease.info(now));
+        Occupancy {
+            holder: soonest,
+            held,
+            limit: self.limit,
         }
     }
 }
@@ -104,11 +144,11 @@ impl MemoryStore {
         state: &mut State,
         name: &LeaseName,
         entry: Option<&str>,
-        holder: Option<HolderInfo>,
+        occupancy: Occupancy,
     ) -> AcquireOutcome {
         let Some(entry) = entry else {
             return AcquireOutcome::Busy {
-                holder,
+                occupancy,
                 position: 0,
             };
         };
@@ -129,7 +169,7 @@ impl MemoryStore {
             }
         };
         AcquireOutcome::Busy {
-            holder,
+            occupancy,
             position: position as u32,
         }
     }
@@ -138,14 +178,15 @@ impl MemoryStore {
 /// What a change to a queue asks of the waiters, sent after the state lock is let go.
 #[derive(Default)]
 struct WakeUps {
-    first: Option<String>,
+    /// Entries that a free permit now goes to.
+    wake: Vec<String>,
     moved: bool,
 }
 
 impl WakeUps {
     fn send(self, waiters: &Waiters, name: &LeaseName) {
-        if let Some(entry) = self.first {
-            waiters.wake(name.as_str(), &entry);
+        for entry in &self.wake {
+            waiters.wake(name.as_str(), entry);
         }
         if self.moved {
             waiters.moved(name.as_str());
@@ -154,38 +195,53 @@ impl WakeUps {
 }
 
 impl State {
-    /// Grants the free lease `name` with a new token.
-    fn grant(
-        &mut self,
-        name: &LeaseName,
-        holder: &str,
-        ttl: Duration,
-        lease_id: &LeaseId,
-        now: Instant,
-    ) -> Grant {
+    /// Grants a free permit of `name` with a new token.
+    fn grant(&mut self, request: &ValidatedAcquire, lease_id: &LeaseId, now: Instant) -> Grant {
         let fencing_token = (self.last_token + 1).max(unix_micros());
         self.last_token = fencing_token;
         let lease = HeldLease {
             lease_id: lease_id.clone(),
-            holder: holder.to_owned(),
+            holder: request.holder.clone(),
             fencing_token,
-            ttl,
-            expires_at: now + ttl,
-            expires_at_unix_ms: unix_millis_after(ttl.as_millis() as i64),
+            ttl: request.ttl,
+            lock_delay: request.lock_delay,
+            expires_at: now + request.ttl,
+            expires_at_unix_ms: unix_millis_after(request.ttl.as_millis() as i64),
         };
         let grant = lease.grant();
-        self.leases.insert(name.as_str().to_owned(), lease);
+        let permits = self
+            .leases
+            .entry(request.name.as_str().to_owned())
+            .or_insert_with(|| Permits {
+                limit: request.limit,
+                taken: Vec::new(),
+            });
+        permits.taken.retain(|lease| lease.is_taken(now));
+        permits.limit = request.limit;
+        permits.taken.push(lease);
         grant
     }
 
-    fn live_lease(&self, name: &LeaseName, now: Instant) -> Option<&HeldLease> {
-        self.leases.get(name.as_str()).filter(|l| l.is_live(now))
+    fn occupancy(&self, name: &LeaseName, now: Instant) -> Occupancy {
+        self.leases
+            .get(name.as_str())
+            .map_or_else(Occupancy::free, |permits| permits.occupancy(now))
     }
 
-    fn first_in_line(&self, name: &LeaseName) -> Option<&String> {
-        self.queues
-            .get(name.as_str())
-            .and_then(|queue| queue.front())
+    /// The lease `lease_id` holds on `name`, if its TTL has not passed.
+    fn held_by(&self, name: &LeaseName, lease_id: &LeaseId, now: Instant) -> Option<&HeldLease> {
+        self.leases
+            .get(name.as_str())?
+            .taken
+            .iter()
+            .find(|lease| lease.lease_id == *lease_id && lease.is_held(now))
+    }
+
+    /// The first `count` entries in line: those the free permits go to.
+    fn first_in_line(&self, name: &LeaseName, count: u32) -> Vec<String> {
+        self.queues.get(name.as_str()).map_or_else(Vec::new, |queue| {
+            queue.iter().take(count as usize).cloned().collect()
+        })
     }
 
     /// Takes `entries` out of the queue of `name`; the queue goes when it is empty.
@@ -203,55 +259,71 @@ impl State {
     }
 }
 
+/// Permits free for the callers in line: with none taken, the first in line sets the limit, so
+/// only it is woken.
+fn free_for_queue(occupancy: &Occupancy) -> u32 {
+    match occupancy.held {
+        0 => 1,
+        held => occupancy.limit.saturating_sub(held),
+    }
+}
+
 async fn sweep_expired(store: Weak<MemoryStore>) {
     let mut interval = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         interval.tick().await;
         let Some(store) = store.upgrade() else { return };
         let now = Instant::now();
-        store.state().leases.retain(|_, lease| lease.is_live(now));
+        store.state().leases.retain(|_, permits| {
+            permits.taken.retain(|lease| lease.is_taken(now));
+            !permits.taken.is_empty()
+        });
     }
 }
 
 impl LeaseStore for MemoryStore {
     async fn try_acquire(
         &self,
-        name: &LeaseName,
-        holder: &str,
-        ttl: Duration,
+        request: &ValidatedAcquire,
         lease_id: &LeaseId,
         entry: Option<&str>,
     ) -> Result<AcquireOutcome> {
+        let name = &request.name;
         let now = Instant::now();
         let mut wake_ups = WakeUps::default();
         let outcome = {
             let mut state = self.state();
-            let current = match state.live_lease(name, now) {
-                Some(current) if current.lease_id == *lease_id => {
-                    // A retry of a grant that already happened: answer it again.
-                    return Ok(AcquireOutcome::Granted(current.grant()));
-                }
-                Some(current) => Some(current.info(now)),
-                None => None,
-            };
-            let first = state.first_in_line(name).cloned();
-            match (current, first) {
-                (None, None) => {
-                    AcquireOutcome::Granted(state.grant(name, holder, ttl, lease_id, now))
-                }
-                (None, Some(first)) if Some(first.as_str()) == entry => {
-                    let grant = state.grant(name, holder, ttl, lease_id, now);
-                    state.remove_entries(name, &[first]);
+            if let Some(current) = state.held_by(name, lease_id, now) {
+                // A retry of a grant that already happened: answer it again.
+                return Ok(AcquireOutcome::Granted(current.grant()));
+            }
+            let occupancy = state.occupancy(name, now);
+            if occupancy.held > 0 && occupancy.limit != request.limit {
+                return Ok(AcquireOutcome::LimitMismatch {
+                    limit: occupancy.limit,
+                });
+            }
+            let free = occupancy.free_permits(request.limit) as usize;
+            // The free permits go to the first `free` callers in line; a caller not in line
+            // comes after all of them.
+            let queue = state.queues.get(name.as_str());
+            let ahead = entry.and_then(|entry| {
+                queue.and_then(|queue| queue.iter().position(|queued| queued == entry))
+            });
+            let in_line = queue.map_or(0, VecDeque::len);
+            if ahead.unwrap_or(in_line) < free {
+                let grant = state.grant(request, lease_id, now);
+                if let Some(entry) = entry.filter(|_| ahead.is_some()) {
+                    state.remove_entries(name, &[entry.to_owned()]);
                     wake_ups.moved = state.queues.contains_key(name.as_str());
-                    AcquireOutcome::Granted(grant)
                 }
-                (current, first) => {
-                    if current.is_none() {
-                        // Free, but someone else is first in line: it gets the lease (tell it again).
-                        wake_ups.first = first;
-                    }
-                    self.queue_up(&mut state, name, entry, current)
+                AcquireOutcome::Granted(grant)
+            } else {
+                if free > 0 {
+                    // Free permits that callers ahead get: tell them again.
+                    wake_ups.wake = state.first_in_line(name, free as u32);
                 }
+                self.queue_up(&mut state, name, entry, occupancy)
             }
         };
         wake_ups.send(&self.waiters, name);
@@ -266,16 +338,23 @@ impl LeaseStore for MemoryStore {
     ) -> Result<RenewOutcome> {
         let now = Instant::now();
         let mut state = self.state();
-        let Some(lease) = state
-            .leases
-            .get_mut(name.as_str())
-            .filter(|l| l.is_live(now))
-        else {
+        let Some(permits) = state.leases.get_mut(name.as_str()) else {
             return Ok(RenewOutcome::Lost(LeaseGone::ExpiredOrReleased));
         };
-        if lease.lease_id != *lease_id {
-            return Ok(RenewOutcome::Lost(LeaseGone::HeldByAnother));
-        }
+        let exclusive = permits.limit == 1;
+        let Some(lease) = permits
+            .taken
+            .iter_mut()
+            .find(|lease| lease.lease_id == *lease_id && lease.is_held(now))
+        else {
+            // Only an exclusive lease can be "held by another": a permit of a counting lease
+            // is never someone else's.
+            let another = exclusive && permits.taken.iter().any(|lease| lease.is_held(now));
+            return Ok(RenewOutcome::Lost(match another {
+                true => LeaseGone::HeldByAnother,
+                false => LeaseGone::ExpiredOrReleased,
+            }));
+        };
         if let Some(ttl) = ttl {
             lease.ttl = ttl;
         }
@@ -291,34 +370,57 @@ impl LeaseStore for MemoryStore {
 
     async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
         let now = Instant::now();
-        let (released, first) = {
+        let wake_ups = {
             let mut state = self.state();
-            let holds = state
-                .live_lease(name, now)
-                .is_some_and(|l| l.lease_id == *lease_id);
-            if holds {
+            let Some(permits) = state.leases.get_mut(name.as_str()) else {
+                return Ok(false);
+            };
+            let before = permits.taken.len();
+            permits
+                .taken
+                .retain(|lease| !(lease.lease_id == *lease_id && lease.is_held(now)));
+            if permits.taken.len() == before {
+                return Ok(false);
+            }
+            let occupancy = permits.occupancy(now);
+            if occupancy.held == 0 {
                 state.leases.remove(name.as_str());
             }
-            (holds, state.first_in_line(name).cloned())
-        };
-        if released {
+            // The permit freed goes to the caller in line it makes eligible: exactly one.
+            let free = match occupancy.held {
+                0 => 1,
+                held => occupancy.limit.saturating_sub(held),
+            };
             WakeUps {
-                first,
+                wake: state
+                    .first_in_line(name, free)
+                    .into_iter()
+                    .skip((free as usize).saturating_sub(1))
+                    .collect(),
                 moved: false,
             }
-            .send(&self.waiters, name);
-        }
-        Ok(released)
+        };
+        wake_ups.send(&self.waiters, name);
+        Ok(true)
     }
 
-    async fn describe(&self, name: &LeaseName) -> Result<Option<HolderInfo>> {
+    async fn describe(&self, name: &LeaseName) -> Result<Description> {
         let now = Instant::now();
         let state = self.state();
-        Ok(state
-            .leases
-            .get(name.as_str())
-            .filter(|l| l.is_live(now))
-            .map(|l| l.info(now)))
+        let waiters = state.queues.get(name.as_str()).map_or(0, VecDeque::len) as u32;
+        let Some(permits) = state.leases.get(name.as_str()) else {
+            return Ok(Description {
+                waiters,
+                ..Description::default()
+            });
+        };
+        let mut taken: Vec<&HeldLease> = permits.taken(now).collect();
+        taken.sort_by_key(|lease| lease.fencing_token);
+        Ok(Description {
+            limit: if taken.is_empty() { 0 } else { permits.limit },
+            holders: taken.into_iter().map(|lease| lease.info(now)).collect(),
+            waiters,
+        })
     }
 
     async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
@@ -328,11 +430,11 @@ impl LeaseStore for MemoryStore {
             if !state.remove_entries(name, entries) {
                 return Ok(());
             }
-            let free = state.live_lease(name, now).is_none();
-            let first = state.first_in_line(name).cloned();
+            let free = free_for_queue(&state.occupancy(name, now));
+            let wake = state.first_in_line(name, free);
             WakeUps {
-                moved: first.is_some(),
-                first: first.filter(|_| free),
+                moved: state.queues.contains_key(name.as_str()),
+                wake,
             }
         };
         wake_ups.send(&self.waiters, name);
@@ -352,7 +454,7 @@ impl LeaseStore for MemoryStore {
             })
             .collect();
         Ok(QueueStatus {
-            holder: state.live_lease(name, now).map(|l| l.info(now)),
+            occupancy: state.occupancy(name, now),
             positions,
         })
     }

@@ -24,8 +24,9 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use crate::{
     error::{Error, Result, StartupError},
     lease::{
-        AcquireOutcome, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName, LeaseStore,
-        QueueStatus, RenewOutcome, Waiters, waiting::TEND_INTERVAL,
+        AcquireOutcome, Description, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName,
+        LeaseStore, Occupancy, QueueStatus, RenewOutcome, ValidatedAcquire, Waiters,
+        waiting::TEND_INTERVAL,
     },
     metrics::metrics,
     throttle::{LOG_INTERVAL, Throttle},
@@ -68,8 +69,8 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
 }
 
-/// The Lua scripts, one per atomic operation. Those that touch the queue or read the holder start
-/// with `queue.lua`, which holds their shared functions.
+/// The Lua scripts, one per atomic operation. Each starts with `queue.lua`, which holds their
+/// shared functions (the queue, the holders, tokens).
 struct Scripts {
     acquire: Script,
     renew: Script,
@@ -92,7 +93,7 @@ impl Scripts {
     fn new() -> Self {
         Scripts {
             acquire: queue_script!("scripts/acquire.lua"),
-            renew: Script::from_lua(include_str!("scripts/renew.lua")),
+            renew: queue_script!("scripts/renew.lua"),
             release: queue_script!("scripts/release.lua"),
             describe: queue_script!("scripts/describe.lua"),
             leave: queue_script!("scripts/leave.lua"),
@@ -122,6 +123,10 @@ struct LeaseKeys {
     replicas: String,
     /// The shard channel of the name's wake-ups: in the same slot, declared as a key.
     wake: String,
+    /// A counting lease's permits, by the moment each frees.
+    permits: String,
+    /// A counting lease's permit records and limit.
+    holders: String,
 }
 
 impl RedisStore {
@@ -221,6 +226,8 @@ impl RedisStore {
             queue: format!("{lease}:queue"),
             replicas: format!("{lease}:replicas"),
             wake: format!("{lease}:wake"),
+            permits: format!("{lease}:permits"),
+            holders: format!("{lease}:holders"),
             lease,
         }
     }
@@ -476,15 +483,14 @@ async fn wake_waiters(
 impl LeaseStore for RedisStore {
     async fn try_acquire(
         &self,
-        name: &LeaseName,
-        holder: &str,
-        ttl: Duration,
+        request: &ValidatedAcquire,
         lease_id: &LeaseId,
         entry: Option<&str>,
     ) -> Result<AcquireOutcome> {
+        let name = &request.name;
         let keys = self.keys(name);
-        let ttl_ms = ttl.as_millis() as u64;
-        let fence_ttl_ms = MIN_FENCE_TTL.max(ttl * 2).as_millis() as u64;
+        let ttl_ms = request.ttl.as_millis() as u64;
+        let fence_ttl_ms = MIN_FENCE_TTL.max(request.ttl * 2).as_millis() as u64;
         let reply = self
             .run(
                 "acquire",
@@ -497,16 +503,20 @@ impl LeaseStore for RedisStore {
                     keys.queue,
                     keys.replicas,
                     keys.wake,
+                    keys.permits,
+                    keys.holders,
                 ],
                 vec![
                     lease_id.expose().to_owned(),
-                    holder.to_owned(),
+                    request.holder.clone(),
                     ttl_ms.to_string(),
                     fence_ttl_ms.to_string(),
                     entry.unwrap_or_default().to_owned(),
                     self.waiters.replica().to_owned(),
                     REPLICA_TTL.as_millis().to_string(),
                     self.max_waiters_per_name.to_string(),
+                    request.limit.to_string(),
+                    request.lock_delay.as_millis().to_string(),
                 ],
             )
             .await?;
@@ -520,9 +530,12 @@ impl LeaseStore for RedisStore {
             2 => Ok(AcquireOutcome::QueueFull {
                 limit: self.max_waiters_per_name,
             }),
+            3 => Ok(AcquireOutcome::LimitMismatch {
+                limit: reply.count(1)?,
+            }),
             _ => Ok(AcquireOutcome::Busy {
-                position: reply.position(1)?,
-                holder: reply.holder_if_held(2)?,
+                position: reply.count(1)?,
+                occupancy: reply.occupancy(2)?,
             }),
         }
     }
@@ -540,7 +553,7 @@ impl LeaseStore for RedisStore {
                 "renew",
                 name,
                 &self.scripts.renew,
-                vec![keys.lease, keys.owner],
+                vec![keys.lease, keys.owner, keys.permits, keys.holders],
                 vec![lease_id.expose().to_owned(), ttl_ms.to_string()],
             )
             .await?;
@@ -564,14 +577,22 @@ impl LeaseStore for RedisStore {
                 "release",
                 name,
                 &self.scripts.release,
-                vec![keys.lease, keys.owner, keys.queue, keys.replicas, keys.wake],
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.queue,
+                    keys.replicas,
+                    keys.wake,
+                    keys.permits,
+                    keys.holders,
+                ],
                 vec![lease_id.expose().to_owned()],
             )
             .await?;
         if reply.int(0)? == 0 {
             return Ok(false);
         }
-        // The wake-up is on its way through pub/sub too; if the first in line waits on this
+        // The wake-up is on its way through pub/sub too; if the caller it goes to waits on this
         // replica, the reply reaches it sooner.
         let first = reply.string(1)?;
         if !first.is_empty() {
@@ -580,18 +601,33 @@ impl LeaseStore for RedisStore {
         Ok(true)
     }
 
-    async fn describe(&self, name: &LeaseName) -> Result<Option<HolderInfo>> {
+    async fn describe(&self, name: &LeaseName) -> Result<Description> {
         let keys = self.keys(name);
         let reply = self
             .run(
                 "describe",
                 name,
                 &self.scripts.describe,
-                vec![keys.lease, keys.owner],
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.permits,
+                    keys.holders,
+                    keys.queue,
+                ],
                 vec![],
             )
             .await?;
-        reply.holder_if_held(0)
+        let mut holders = (2..reply.len()?)
+            .step_by(4)
+            .map(|index| reply.holder(index))
+            .collect::<Result<Vec<_>>>()?;
+        holders.sort_by_key(|holder| holder.fencing_token);
+        Ok(Description {
+            limit: reply.count(0)?,
+            holders,
+            waiters: reply.count(1)?,
+        })
     }
 
     async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
@@ -603,7 +639,15 @@ impl LeaseStore for RedisStore {
             "leave",
             name,
             &self.scripts.leave,
-            vec![keys.lease, keys.queue, keys.replicas, keys.wake],
+            vec![
+                keys.lease,
+                keys.owner,
+                keys.queue,
+                keys.replicas,
+                keys.wake,
+                keys.permits,
+                keys.holders,
+            ],
             entries.to_vec(),
         )
         .await?
@@ -622,15 +666,23 @@ impl LeaseStore for RedisStore {
                 "status",
                 name,
                 &self.scripts.status,
-                vec![keys.lease, keys.owner, keys.queue, keys.replicas, keys.wake],
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.queue,
+                    keys.replicas,
+                    keys.wake,
+                    keys.permits,
+                    keys.holders,
+                ],
                 args,
             )
             .await?;
         let positions = (0..entries.len())
-            .map(|index| reply.position(5 + index))
+            .map(|index| reply.count(OCCUPANCY_FIELDS + index))
             .collect::<Result<_>>()?;
         Ok(QueueStatus {
-            holder: reply.holder_if_held(0)?,
+            occupancy: reply.occupancy(0)?,
             positions,
         })
     }
@@ -733,6 +785,9 @@ fn store_error(operation: &'static str, name: &LeaseName, error: RedisError) -> 
     }
 }
 
+/// The fields of `occupancy()` in queue.lua, as the scripts reply them.
+const OCCUPANCY_FIELDS: usize = 7;
+
 /// One script's reply, read field by field; a reply that breaks the script's documented shape is
 /// an internal error naming the script and the lease.
 struct Reply<'a> {
@@ -784,29 +839,48 @@ impl Reply<'_> {
             .ok_or_else(|| self.broken(format!("field {index} = {field:?}")))
     }
 
-    /// A queue position (0: not queued).
-    fn position(&self, index: usize) -> Result<u32> {
-        let position = self.int(index)?;
-        u32::try_from(position).map_err(|_| self.broken(format!("position {position}")))
+    /// How many fields the reply has.
+    fn len(&self) -> Result<usize> {
+        match &self.value {
+            Value::Array(fields) => Ok(fields.len()),
+            other => Err(self.broken(format!("{other:?}, not an array"))),
+        }
     }
 
-    /// Reads `held, holder, token, remaining_ms, expires_at_ms` starting at `index` (`held` 0:
-    /// nobody holds it, and the other fields may be missing); the scripts send -1, -1 for a key
-    /// without expiry.
-    fn holder_if_held(&self, index: usize) -> Result<Option<HolderInfo>> {
-        if self.int(index)? == 0 {
-            return Ok(None);
-        }
-        let remaining_ms = self.int(index + 3)?;
-        let at_unix_ms = self.int(index + 4)?;
-        Ok(Some(HolderInfo {
-            holder: self.string(index + 1)?,
-            fencing_token: self.token(index + 2)?,
+    /// A count, limit or queue position (0: not queued).
+    fn count(&self, index: usize) -> Result<u32> {
+        let count = self.int(index)?;
+        u32::try_from(count).map_err(|_| self.broken(format!("field {index} = {count}")))
+    }
+
+    /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`; the scripts send
+    /// -1, -1 for a key without expiry.
+    fn holder(&self, index: usize) -> Result<HolderInfo> {
+        let remaining_ms = self.int(index + 2)?;
+        let at_unix_ms = self.int(index + 3)?;
+        Ok(HolderInfo {
+            holder: self.string(index)?,
+            fencing_token: self.token(index + 1)?,
             expiry: (remaining_ms >= 0 && at_unix_ms >= 0).then_some(Expiry {
                 remaining_ms,
                 at_unix_ms,
             }),
-        }))
+        })
+    }
+
+    /// Reads the [`OCCUPANCY_FIELDS`] of `occupancy()` in queue.lua starting at `index`:
+    /// `taken, limit, held, holder, token, remaining_ms, expires_at_ms` (`held` 0: no permit is
+    /// taken, and the holder fields are zeros).
+    fn occupancy(&self, index: usize) -> Result<Occupancy> {
+        let holder = match self.int(index + 2)? {
+            0 => None,
+            _ => Some(self.holder(index + 3)?),
+        };
+        Ok(Occupancy {
+            holder,
+            held: self.count(index)?,
+            limit: self.count(index + 1)?,
+        })
     }
 }
 

@@ -1,95 +1,118 @@
--- acquire: grant a lease if it is free (or left expired by a crashed client) and nobody is ahead
--- in its queue, with a new fencing token; otherwise answer who holds it and, for a caller that
--- waits, queue it (or keep its place). Prepended with queue.lua.
+-- acquire: grant a lease (a permit of a counting lease) if one is free (or left expired by a crashed
+-- client) and nobody ahead in its queue is to take it, with a new fencing token; otherwise answer
+-- who holds it and, for a caller that waits, queue it (or keep its place). Prepended with queue.lua.
 --
--- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs with the lease
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp; same expiry
+-- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs
+--                                   with the lease, lock-delay included
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay (if any); same expiry
 -- KEYS[3]  <prefix>{name}:fence     string: the last fencing token issued; outlives the lease
 -- KEYS[4]  <prefix>{name}:queue     sorted set: waiting entries (queue.lua)
 -- KEYS[5]  <prefix>{name}:replicas  hash: replica -> deadline (queue.lua)
 -- KEYS[6]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[7]  <prefix>{name}:permits   sorted set: a counting lease's permits (queue.lua)
+-- KEYS[8]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (queue.lua)
 -- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] replica   ARGV[7] replica_ttl_ms
--- ARGV[8]  max_waiters (the whole queue, every replica)
--- Reply    {1, token, ttl_ms, expires_at_ms}                                   granted (also when ARGV[1] already holds it)
---          {0, position, 1, holder, token, remaining_ms, expires_at_ms}        busy; remaining_ms, expires_at_ms -1: no expiry
---          {0, position, 0}                                                    free, but someone ahead in the queue gets it
---          {2, max_waiters}                                                    the queue is full
---          position: the entry's place in the queue (1 = next), 0 when not queued.
+-- ARGV[8]  max_waiters (the whole queue, every replica)   ARGV[9] limit (1: exclusive)
+-- ARGV[10] lock_delay_ms
+-- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
+--          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms}
+--                    not granted: occupancy() of queue.lua; held 0 when no permit is taken (the
+--                    free one goes to someone ahead in the queue); remaining_ms, expires_at_ms
+--                    -1: no expiry. position: the entry's place (1 = next), 0 when not queued.
+--          {2, max_waiters}                    the queue is full
+--          {3, limit}                          the holders were granted with this other limit
 --
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
 -- lease key and the owner hash, so it must always be spelled the same way.
-local lease, owner_key, fence, queue, replicas, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local lease_id, entry = ARGV[1], ARGV[5]
+local lease, owner_key, fence, queue, replicas, channel, permits, holders =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local lease_id, holder, entry = ARGV[1], ARGV[2], ARGV[5]
 local now_ms, now_us = redis_now()
-local ttl_ms = tonumber(ARGV[3])
+local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
-local busy -- the holder fields of the reply when the lease is held
+-- Who takes the name now: {taken, limit, held, holder fields...} as occupancy() answers.
+local occupied
 local takeover = false
 local current = redis.call('GET', lease)
 if current then
   local owner = redis.call('HMGET', owner_key, 'id', 'holder', 'token', 'ttl', 'exp')
-  if owner[1] == lease_id and owner[5] == current then
-    -- A retry of this very grant (the first reply was lost): answer it again.
-    return {1, tonumber(owner[3]), tonumber(owner[4]), tonumber(owner[5])}
-  end
   local current_ms = tonumber(current)
+  if owner[1] == lease_id and owner[5] == current and current_ms > now_ms then
+    -- A retry of this very grant (the first reply was lost): answer it again.
+    return {1, tonumber(owner[3]), tonumber(owner[4]), current_ms}
+  end
   if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
     -- A key with no TTL whose timestamp has passed: the classic SETNX lock left by a crashed client.
     takeover = true
   else
-    busy = holder_fields(lease, current, owner[2], owner[3], now_ms)
+    occupied = {1, 1, unpack(holder_fields(lease, current, owner[2], owner[3], now_ms))}
   end
 end
-
-if not busy then
-  -- Free: granted only to the first in line, or to anyone if nobody waits.
-  local first = first_in_line(queue)
-  if first and first ~= entry and purge_dead_replicas(queue, replicas, now_ms) then
-    queue_moved(queue, replicas, channel, false)
-    first = first_in_line(queue)
+if not occupied then
+  if redis.call('EXISTS', holders) == 1 then
+    local mine = parse_permit(redis.call('HGET', holders, lease_id))
+    if mine and mine.exp > now_ms then
+      return {1, mine.token, mine.ttl, mine.exp}
+    end
+    drop_freed_permits(permits, holders, now_ms)
   end
-  if not first or first == entry then
+  occupied = occupancy(lease, owner_key, permits, holders, now_ms)
+end
+if occupied[1] > 0 and occupied[2] ~= limit then
+  return {3, occupied[2]}
+end
+
+-- The free permits go to the first callers in line; a caller not in line comes after them all.
+local free = limit - occupied[1]
+if free > 0 then
+  local rank = entry ~= '' and redis.call('ZRANK', queue, entry) or nil
+  local ahead = rank or redis.call('ZCARD', queue)
+  if ahead >= free and purge_dead_replicas(queue, replicas, now_ms) then
+    queue_moved(queue, replicas, channel, free)
+    rank = entry ~= '' and redis.call('ZRANK', queue, entry) or nil
+    ahead = rank or redis.call('ZCARD', queue)
+  end
+  if ahead < free then
+    local token = next_token(fence, now_us, ARGV[4])
     local expires_at_ms = now_ms + ttl_ms
     local expiry = string.format('%d', expires_at_ms)
-    if takeover then
-      -- Take the expired key over with GETSET, as the classic pattern does. Nothing can write the
-      -- key between the GET above and this GETSET inside an atomic script, so the old value is the
-      -- expired one we read and the pattern's comparison of the two could never fail: it is left out.
-      redis.call('GETSET', lease, expiry)
-      redis.call('PEXPIRE', lease, ttl_ms)
+    if limit == 1 then
+      -- The lease key outlives the TTL by the lock-delay: until it goes, the name is taken.
+      if takeover then
+        -- Take the expired key over with GETSET, as the classic pattern does. Nothing can write
+        -- the key between the GET above and this GETSET inside an atomic script, so the old value
+        -- is the expired one we read and the pattern's comparison of the two could never fail.
+        redis.call('GETSET', lease, expiry)
+        redis.call('PEXPIRE', lease, ttl_ms + delay_ms)
+      else
+        redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
+      end
+      redis.call('HSET', owner_key, 'id', lease_id, 'holder', holder, 'token', string.format('%d', token),
+        'ttl', ARGV[3], 'exp', expiry)
+      if delay_ms > 0 then
+        redis.call('HSET', owner_key, 'delay', ARGV[10])
+      end
+      redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms)
     else
-      redis.call('SET', lease, expiry, 'PX', ttl_ms)
+      redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
+        'limit', ARGV[9])
+      redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
+      keep_permits(permits, holders, now_ms)
     end
-
-    -- Tokens strictly increase per name even if Redis lost the counter (restart without persistence,
-    -- failover to a lagging replica, FLUSHALL): the counter never falls below Redis time in
-    -- microseconds. ARCHITECTURE.md, "Invariants".
-    local token = redis.call('INCR', fence)
-    if token < now_us then
-      token = now_us
-      redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[4])
-    else
-      redis.call('PEXPIRE', fence, ARGV[4])
-    end
-
-    redis.call('HSET', owner_key, 'id', lease_id, 'holder', ARGV[2], 'token', string.format('%d', token),
-      'ttl', ARGV[3], 'exp', expiry)
-    redis.call('PEXPIRE', owner_key, ttl_ms)
-    if first then
+    if rank then
       redis.call('ZREM', queue, entry)
-      queue_moved(queue, replicas, channel, false)
+      queue_moved(queue, replicas, channel, free - 1)
     end
     return {1, token, ttl_ms, expires_at_ms}
   end
-  -- Someone else is first in line: it takes the lease. Wake it again in case it missed the release.
-  redis.call('SPUBLISH', channel, 'w' .. first)
-  busy = {0}
+  -- Callers ahead take the free permits. Wake them again in case they missed the release.
+  wake_first(queue, channel, free)
 end
 
 if entry == '' then
-  return {0, 0, unpack(busy)}
+  return {0, 0, unpack(occupied)}
 end
 
 -- Join the queue at its tail, or keep the place already held.
@@ -97,7 +120,7 @@ local rank = redis.call('ZRANK', queue, entry)
 if not rank then
   local size = redis.call('ZCARD', queue)
   if size >= tonumber(ARGV[8]) and purge_dead_replicas(queue, replicas, now_ms) then
-    queue_moved(queue, replicas, channel, busy[1] == 0)
+    queue_moved(queue, replicas, channel, math.max(free, 0))
     size = redis.call('ZCARD', queue)
   end
   if size >= tonumber(ARGV[8]) then
@@ -108,4 +131,4 @@ if not rank then
   rank = size
 end
 keep_alive(queue, replicas, ARGV[6], now_ms, tonumber(ARGV[7]))
-return {0, rank + 1, unpack(busy)}
+return {0, rank + 1, unpack(occupied)}

@@ -2,13 +2,17 @@
 -- a name's queue. Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:queue     sorted set: waiting entries
--- KEYS[3]  <prefix>{name}:replicas  hash: replica -> deadline
--- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
+-- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
+-- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
+-- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV     the entries
 -- Reply    how many were in the queue
-local removed = redis.call('ZREM', KEYS[2], unpack(ARGV))
+local removed = redis.call('ZREM', KEYS[3], unpack(ARGV))
 if removed > 0 then
-  queue_moved(KEYS[2], KEYS[3], KEYS[4], redis.call('EXISTS', KEYS[1]) == 0)
+  local occupied = occupancy(KEYS[1], KEYS[2], KEYS[6], KEYS[7], redis_now())
+  queue_moved(KEYS[3], KEYS[4], KEYS[5], free_for_queue(occupied))
 end
 return removed

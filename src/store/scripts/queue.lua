@@ -6,8 +6,22 @@
 -- Redis time) in <prefix>{name}:replicas and renews it while it waits; the entries of a replica
 -- whose deadline passed are purged, since nobody is left to take the lease for them. Both keys go
 -- when the queue empties. Wake-ups are published on the name's shard channel, and only when someone
--- is queued: 'w<member>' (that entry is first in line and the lease is free) and 'm' (positions or
--- the holder changed). ARCHITECTURE.md, "Fair waiting".
+-- is queued: 'w<member>' (a free permit goes to that entry: it is first in line and the lease is
+-- free, or for a counting lease one of the first k in line with k permits free) and 'm' (positions
+-- or the holders changed). ARCHITECTURE.md, "Fair waiting".
+--
+-- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
+-- permits of a counting lease (limit > 1):
+--   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
+--                           lock-delay)
+--   <prefix>{name}:holders  hash: lease_id -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
+--                           and 'limit' -> the limit they were granted with
+-- Both expire when the last permit frees. A permit whose moment passed is free; the writing
+-- scripts drop such records. ARCHITECTURE.md, "Redis key layout".
+
+-- At most this many wake-ups per script: callers past them learn of their free permit from the
+-- 'm' published with them (their replica re-reads the queue), a round trip later.
+local MAX_WAKE_UPS = 8
 
 -- Redis time in milliseconds and microseconds.
 local function redis_now()
@@ -45,18 +59,26 @@ local function purge_dead_replicas(queue, replicas, now_ms)
   return removed
 end
 
+-- Wakes the first `count` entries in line (at most MAX_WAKE_UPS): the free permits are theirs.
+local function wake_first(queue, channel, count)
+  if count <= 0 then
+    return
+  end
+  for _, entry in ipairs(redis.call('ZRANGE', queue, 0, math.min(count, MAX_WAKE_UPS) - 1)) do
+    redis.call('SPUBLISH', channel, 'w' .. entry)
+  end
+end
+
 -- After entries left the queue: drop the bookkeeping of an empty queue, or tell every replica that
--- positions moved and, if the lease is free, wake the new first in line.
-local function queue_moved(queue, replicas, channel, lease_free)
+-- positions moved and wake the callers that the `free` permits now go to.
+local function queue_moved(queue, replicas, channel, free)
   local first = first_in_line(queue)
   if not first then
     redis.call('DEL', replicas)
     return
   end
   redis.call('SPUBLISH', channel, 'm')
-  if lease_free then
-    redis.call('SPUBLISH', channel, 'w' .. first)
-  end
+  wake_first(queue, channel, free)
 end
 
 -- Renews this replica's deadline, and lets both keys expire if every replica goes away.
@@ -95,4 +117,97 @@ local function lease_holder(lease, owner_key, now_ms)
   end
   local owner = redis.call('HMGET', owner_key, 'holder', 'token')
   return holder_fields(lease, current, owner[1], owner[2], now_ms)
+end
+
+-- A permit's record in the holders hash, or nil.
+local function parse_permit(record)
+  if not record then
+    return nil
+  end
+  local token, expires_at_ms, ttl_ms, delay_ms, holder = string.match(record, '^(%d+) (%d+) (%d+) (%d+) (.*)$')
+  if not token then
+    return nil
+  end
+  return {token = tonumber(token), exp = tonumber(expires_at_ms), ttl = tonumber(ttl_ms),
+    delay = tonumber(delay_ms), holder = holder}
+end
+
+local function permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder)
+  return string.format('%d %d %d %d ', token, expires_at_ms, ttl_ms, delay_ms) .. holder
+end
+
+-- The score bound of the permits still taken at now_ms: those that free after it.
+local function taken_after(now_ms)
+  return string.format('(%d', now_ms)
+end
+
+-- Drops the records of freed permits; deletes both keys when none is taken.
+local function drop_freed_permits(permits, holders, now_ms)
+  local freed = redis.call('ZRANGE', permits, '-inf', string.format('%d', now_ms), 'BYSCORE', 'LIMIT', 0, 1000)
+  if #freed > 0 then
+    redis.call('ZREM', permits, unpack(freed))
+    redis.call('HDEL', holders, unpack(freed))
+  end
+  if redis.call('ZCARD', permits) == 0 then
+    redis.call('DEL', permits, holders)
+  end
+end
+
+-- Both keys of a counting lease live until its last permit frees.
+local function keep_permits(permits, holders, now_ms)
+  local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')[2]
+  if last then
+    local ttl_ms = math.max(tonumber(last) - now_ms, 1)
+    redis.call('PEXPIRE', permits, ttl_ms)
+    redis.call('PEXPIRE', holders, ttl_ms)
+  end
+end
+
+-- The holder fields (as holder_fields) of the permit `lease_id`, whose permit frees at `frees_at`.
+local function permit_fields(holders, lease_id, frees_at, now_ms)
+  local permit = parse_permit(redis.call('HGET', holders, lease_id))
+  if not permit then
+    return {1, '', 0, math.max(frees_at - now_ms, 0), frees_at}
+  end
+  return {1, permit.holder, permit.token, math.max(frees_at - now_ms, 0), permit.exp}
+end
+
+-- Who takes a name, as the scripts reply: {taken, limit, held, holder, token, remaining_ms,
+-- expires_at_ms}: the permits taken (held or in their lock-delay), the limit in force (0 when none
+-- is taken), then the holder fields of the permit that frees soonest ({0, '', 0, 0, 0} when none).
+local function occupancy(lease, owner_key, permits, holders, now_ms)
+  local exclusive = lease_holder(lease, owner_key, now_ms)
+  if exclusive then
+    return {1, 1, unpack(exclusive)}
+  end
+  local soonest = redis.call('ZRANGE', permits, taken_after(now_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if not soonest[1] then
+    return {0, 0, 0, '', 0, 0, 0}
+  end
+  local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+  local limit = tonumber(redis.call('HGET', holders, 'limit')) or taken
+  return {taken, limit, unpack(permit_fields(holders, soonest[1], tonumber(soonest[2]), now_ms))}
+end
+
+-- Permits the callers in line may take: with none taken, the first in line sets the limit, so it
+-- alone is woken.
+local function free_for_queue(occupied)
+  if occupied[1] == 0 then
+    return 1
+  end
+  return math.max(occupied[2] - occupied[1], 0)
+end
+
+-- The next fencing token of a name. Tokens strictly increase per name even if Redis lost the
+-- counter (restart without persistence, failover to a lagging replica, FLUSHALL): the counter
+-- never falls below Redis time in microseconds. ARCHITECTURE.md, "Invariants".
+local function next_token(fence, now_us, fence_ttl_ms)
+  local token = redis.call('INCR', fence)
+  if token < now_us then
+    token = now_us
+    redis.call('SET', fence, string.format('%d', token), 'PX', fence_ttl_ms)
+  else
+    redis.call('PEXPIRE', fence, fence_ttl_ms)
+  end
+  return token
 end

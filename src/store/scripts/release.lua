@@ -1,28 +1,53 @@
--- release: end a lease, only for its holder, and wake the first in line (only if someone waits).
--- Prepended with queue.lua.
+-- release: end a lease (a permit of a counting lease), only for its holder and only while it holds
+-- it (not in its lock-delay), and wake the one caller in line that the freed permit goes to (only
+-- if someone waits). Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  lease_id
--- Reply    {1, first}  released; first: the entry woken (first in line), '' if nobody waits
+-- Reply    {1, woken}  released; woken: the entry the permit goes to, '' if nobody waits for it
 --          {0}         not the holder (already released, expired, or taken over)
-local owner = redis.call('HMGET', KEYS[2], 'id', 'exp')
-local current = redis.call('GET', KEYS[1])
-if not current or owner[1] ~= ARGV[1] or owner[2] ~= current then
-  return {0}
+local lease, owner_key, queue, replicas, channel, permits, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local now_ms = redis_now()
+
+-- Permits free once this one is: the callers at those places in line may take one.
+local free
+local current = redis.call('GET', lease)
+if current then
+  local owner = redis.call('HMGET', owner_key, 'id', 'exp')
+  if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
+    return {0}
+  end
+  redis.call('DEL', lease, owner_key)
+  free = 1
+else
+  local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
+  if not permit or permit.exp <= now_ms then
+    return {0}
+  end
+  local limit = tonumber(redis.call('HGET', holders, 'limit')) or 1
+  redis.call('ZREM', permits, ARGV[1])
+  redis.call('HDEL', holders, ARGV[1])
+  drop_freed_permits(permits, holders, now_ms)
+  free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-local first = first_in_line(KEYS[3])
-if first then
-  local now_ms = redis_now()
-  if purge_dead_replicas(KEYS[3], KEYS[4], now_ms) then
-    queue_moved(KEYS[3], KEYS[4], KEYS[5], true)
-    first = first_in_line(KEYS[3])
+
+local woken = ''
+if free > 0 and redis.call('EXISTS', queue) == 1 then
+  if purge_dead_replicas(queue, replicas, now_ms) then
+    queue_moved(queue, replicas, channel, free)
+    woken = first_in_line(queue) or ''
   else
-    redis.call('SPUBLISH', KEYS[5], 'w' .. first)
+    -- The callers ahead of this place had free permits already (and were woken for them).
+    woken = redis.call('ZRANGE', queue, free - 1, free - 1)[1] or ''
+    if woken ~= '' then
+      redis.call('SPUBLISH', channel, 'w' .. woken)
+    end
   end
 end
-return {1, first or ''}
+return {1, woken}

@@ -1,30 +1,50 @@
--- renew: move a lease's expiry forward, only for its holder.
+-- renew: move a lease's (a permit's) expiry forward, only for its holder and only while it holds it
+-- (not in its lock-delay). Prepended with queue.lua.
 --
--- KEYS[1]  <prefix>{name}        the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner  hash: id, holder, token, ttl, exp
+-- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
+-- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  lease_id   ARGV[2] ttl_ms (0: keep the granted TTL)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   renewed
 --          {0, 'expired'}                      nobody holds it (TTL passed, or released)
 --          {0, 'taken'}                        someone else holds it
-local owner = redis.call('HMGET', KEYS[2], 'id', 'token', 'ttl', 'exp')
-local current = redis.call('GET', KEYS[1])
-if not current then
+local lease, owner_key, permits, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now_ms = redis_now()
+local current = redis.call('GET', lease)
+if current then
+  local owner = redis.call('HMGET', owner_key, 'id', 'token', 'ttl', 'exp', 'delay')
+  -- The lease key must still hold the expiry this holder set: anything else is another holder's.
+  if owner[1] ~= ARGV[1] or owner[4] ~= current then
+    return {0, 'taken'}
+  end
+  if tonumber(current) <= now_ms then
+    return {0, 'expired'} -- in its lock-delay
+  end
+  local ttl_ms = tonumber(ARGV[2])
+  if ttl_ms == 0 then
+    ttl_ms = tonumber(owner[3])
+  end
+  local delay_ms = tonumber(owner[5]) or 0
+  local expires_at_ms = now_ms + ttl_ms
+  local expiry = string.format('%d', expires_at_ms)
+  redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
+  redis.call('HSET', owner_key, 'ttl', string.format('%d', ttl_ms), 'exp', expiry)
+  redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms)
+  return {1, tonumber(owner[2]), ttl_ms, expires_at_ms}
+end
+
+-- A permit of a counting lease is never someone else's: gone is expired or released.
+local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
+if not permit or permit.exp <= now_ms then
   return {0, 'expired'}
 end
--- The lease key must still hold the expiry this holder set: anything else is another holder's.
-if owner[1] ~= ARGV[1] or owner[4] ~= current then
-  return {0, 'taken'}
-end
-
 local ttl_ms = tonumber(ARGV[2])
 if ttl_ms == 0 then
-  ttl_ms = tonumber(owner[3])
+  ttl_ms = permit.ttl
 end
-local time = redis.call('TIME')
-local expires_at_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + ttl_ms
-local expiry = string.format('%d', expires_at_ms)
-
-redis.call('SET', KEYS[1], expiry, 'PX', ttl_ms)
-redis.call('HSET', KEYS[2], 'ttl', string.format('%d', ttl_ms), 'exp', expiry)
-redis.call('PEXPIRE', KEYS[2], ttl_ms)
-return {1, tonumber(owner[2]), ttl_ms, expires_at_ms}
+local expires_at_ms = now_ms + ttl_ms
+redis.call('HSET', holders, ARGV[1], permit_record(permit.token, expires_at_ms, ttl_ms, permit.delay, permit.holder))
+redis.call('ZADD', permits, expires_at_ms + permit.delay, ARGV[1])
+keep_permits(permits, holders, now_ms)
+return {1, permit.token, ttl_ms, expires_at_ms}

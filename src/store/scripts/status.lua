@@ -3,21 +3,21 @@
 -- Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  replica   ARGV[2] replica_ttl_ms   ARGV[3..] this replica's entries
--- Reply    {held, holder, token, remaining_ms, expires_at_ms, position...}: held 0 (free) or 1,
---          then one position per entry (1 = next in line, 0 = not in the queue: join again)
-local lease, queue, replicas, channel = KEYS[1], KEYS[3], KEYS[4], KEYS[5]
+-- Reply    {taken, limit, held, holder, token, remaining_ms, expires_at_ms, position...}: who
+--          takes the name (occupancy() of queue.lua), then one position per entry (1 = next in
+--          line, 0 = not in the queue: join again)
+local queue, replicas, channel = KEYS[3], KEYS[4], KEYS[5]
 local now_ms = redis_now()
 
-local reply = lease_holder(lease, KEYS[2], now_ms)
-local free = not reply
-if free then
-  reply = {0, '', 0, 0, 0}
-end
+local reply = occupancy(KEYS[1], KEYS[2], KEYS[6], KEYS[7], now_ms)
+local free = free_for_queue(reply)
 
 if redis.call('EXISTS', queue) == 0 then
   -- Nothing queued (Redis lost the queue, or every entry here was purged): all join again.
@@ -36,9 +36,12 @@ for i = 3, #ARGV do
   local rank = redis.call('ZRANK', queue, ARGV[i])
   table.insert(reply, rank and rank + 1 or 0)
 end
--- A first in line on another replica may have missed its wake-up: repeat it.
-local first = first_in_line(queue)
-if free and first and string.match(first, '^(.-):') ~= ARGV[1] then
-  redis.call('SPUBLISH', channel, 'w' .. first)
+-- A caller on another replica that a free permit goes to may have missed its wake-up: repeat it.
+if free > 0 then
+  for _, entry in ipairs(redis.call('ZRANGE', queue, 0, math.min(free, MAX_WAKE_UPS) - 1)) do
+    if string.match(entry, '^(.-):') ~= ARGV[1] then
+      redis.call('SPUBLISH', channel, 'w' .. entry)
+    end
+  end
 end
 return reply
