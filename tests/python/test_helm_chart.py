@@ -414,6 +414,7 @@ def test_defaults(chart):
         "LEASED_KEY_PREFIX": "leased:",
         "LEASED_MAX_CONCURRENT_STREAMS": "1024",
         "LEASED_MAX_WAITERS_PER_NAME": "1024",
+        "LEASED_MAX_LIMIT": "10000",
         "LEASED_MAX_LEASES_PER_STREAM": "1024",
         "LEASED_MAX_MESSAGE_BYTES": "16384",
         "LEASED_MAX_CONNECTIONS": "10000",
