@@ -51,14 +51,15 @@ if current then
   end
 end
 if not occupied then
+  occupied = nobody()
   if redis.call('EXISTS', holders) == 1 then
     local mine = parse_permit(redis.call('HGET', holders, lease_id))
     if mine and mine.exp > now_ms then
       return {1, mine.token, mine.ttl, mine.exp}
     end
     drop_freed_permits(permits, holders, now_ms)
+    occupied = permits_occupancy(permits, holders, now_ms)
   end
-  occupied = occupancy(lease, owner_key, permits, holders, now_ms)
 end
 if occupied[1] > 0 and occupied[2] ~= limit then
   return {3, occupied[2]}

@@ -172,6 +172,22 @@ local function permit_fields(holders, lease_id, frees_at, now_ms)
   return {1, permit.holder, permit.token, math.max(frees_at - now_ms, 0), permit.exp}
 end
 
+-- occupancy() of a name nobody takes.
+local function nobody()
+  return {0, 0, 0, '', 0, 0, 0}
+end
+
+-- occupancy() of a counting lease's permits alone.
+local function permits_occupancy(permits, holders, now_ms)
+  local soonest = redis.call('ZRANGE', permits, taken_after(now_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if not soonest[1] then
+    return nobody()
+  end
+  local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+  local limit = tonumber(redis.call('HGET', holders, 'limit')) or taken
+  return {taken, limit, unpack(permit_fields(holders, soonest[1], tonumber(soonest[2]), now_ms))}
+end
+
 -- Who takes a name, as the scripts reply: {taken, limit, held, holder, token, remaining_ms,
 -- expires_at_ms}: the permits taken (held or in their lock-delay), the limit in force (0 when none
 -- is taken), then the holder fields of the permit that frees soonest ({0, '', 0, 0, 0} when none).
@@ -180,13 +196,7 @@ local function occupancy(lease, owner_key, permits, holders, now_ms)
   if exclusive then
     return {1, 1, unpack(exclusive)}
   end
-  local soonest = redis.call('ZRANGE', permits, taken_after(now_ms), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-  if not soonest[1] then
-    return {0, 0, 0, '', 0, 0, 0}
-  end
-  local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
-  local limit = tonumber(redis.call('HGET', holders, 'limit')) or taken
-  return {taken, limit, unpack(permit_fields(holders, soonest[1], tonumber(soonest[2]), now_ms))}
+  return permits_occupancy(permits, holders, now_ms)
 end
 
 -- Permits the callers in line may take: with none taken, the first in line sets the limit, so it

@@ -20,6 +20,7 @@ local free
 local current = redis.call('GET', lease)
 if current then
   local owner = redis.call('HMGET', owner_key, 'id', 'exp')
+  -- A lease in its lock-delay has expired: releasing it is too late to end the delay.
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
     return {0}
   end

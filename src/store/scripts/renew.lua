@@ -14,12 +14,13 @@ local now_ms = redis_now()
 local current = redis.call('GET', lease)
 if current then
   local owner = redis.call('HMGET', owner_key, 'id', 'token', 'ttl', 'exp', 'delay')
+  local current_ms = tonumber(current) -- nil for a key something else wrote
+  if current_ms and current_ms <= now_ms then
+    return {0, 'expired'} -- in a lock-delay, or a crashed classic lock: nobody holds it
+  end
   -- The lease key must still hold the expiry this holder set: anything else is another holder's.
   if owner[1] ~= ARGV[1] or owner[4] ~= current then
     return {0, 'taken'}
-  end
-  if tonumber(current) <= now_ms then
-    return {0, 'expired'} -- in its lock-delay
   end
   local ttl_ms = tonumber(ARGV[2])
   if ttl_ms == 0 then
