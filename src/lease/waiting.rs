@@ -138,6 +138,10 @@ pub fn acquire<S: LeaseStore>(
     receiver
 }
 
+/// What a `Waiting` message told the caller: its position, the permits held, and the holder
+/// (name, token) of the permit that frees soonest. A change of any of them is sent again.
+type Shown = (u32, u32, Option<(String, u64)>);
+
 /// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
 async fn wait_for_grant<S: LeaseStore>(
     store: &Arc<S>,
@@ -153,7 +157,7 @@ async fn wait_for_grant<S: LeaseStore>(
         true => None,
         false => Some(join(store, &request.name)),
     };
-    let mut reported: Option<(u32, u32, Option<(String, u64)>)> = None;
+    let mut reported: Option<Shown> = None;
     loop {
         let entry = ticket.as_ref().map(Ticket::entry);
         let outcome = store.try_acquire(request, lease_id, entry).await?;
