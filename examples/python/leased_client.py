@@ -9,6 +9,9 @@
             while not lease.lost.is_set():        # stop the moment the lease may be gone
                 storage.write(..., fencing_token=lease.fencing_token)
 
+`acquire(..., limit=5)` takes one of 5 permits of a counting lease (at most 5 holders at once, each
+with its own `Lease`); `lock_delay_ms` keeps an expired lease from the next holder for a while.
+
 The gRPC stubs are generated from `proto/` when this module is imported (`ensure_stubs`), so the
 proto file stays the one source of truth and no generated code is committed.
 """
@@ -88,24 +91,50 @@ from lease.v1 import lease_pb2_grpc as pb_grpc  # noqa: E402
 @dataclass(frozen=True)
 class NotGranted:
     """Someone else holds the lease. `acquire` returns this when the lease stayed busy, and passes
-    it to `on_waiting` while the server waits for the lease on the caller's behalf."""
+    it to `on_waiting` while the server waits for the lease on the caller's behalf.
+
+    `holder`, `fencing_token` and `remaining_ms` describe the holder of an exclusive lease, or the
+    permit that frees soonest of a counting lease; `held` and `limit` say how full the name is.
+    """
 
     name: str
     holder: str
     fencing_token: int
-    #: Until the holder's lease expires unless renewed; -1 if it has no expiry.
+    #: Until the holder's lease (permit) frees unless renewed, lock-delay included; -1 if it has
+    #: no expiry.
+    remaining_ms: int
+    #: Permits taken: held, or in their lock-delay (1 for a held exclusive lease).
+    held: int
+    #: The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when none is taken.
+    limit: int
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """One holder of a lease (one permit of a counting lease), as anyone may see it."""
+
+    holder: str
+    fencing_token: int
+    #: Until this permit frees unless renewed, lock-delay included; -1 if it has no expiry.
     remaining_ms: int
 
 
 @dataclass(frozen=True)
 class LeaseInfo:
-    """What `Describe` tells anyone about a lease (never its lease_id)."""
+    """What `Describe` tells anyone about a lease (never a lease_id). `holder`, `fencing_token`
+    and `remaining_ms` describe the holder with the smallest token; `holders` lists every permit
+    taken (held, or in its lock-delay), by increasing token."""
 
     name: str
     held: bool
     holder: str
     fencing_token: int
     remaining_ms: int
+    #: The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when not held.
+    limit: int
+    holders: tuple[HolderInfo, ...]
+    #: Callers waiting for the name, on every replica.
+    waiters: int
 
 
 class LeaseClient:
@@ -127,18 +156,34 @@ class LeaseClient:
         wait_ms: int = 0,
         holder: str = "",
         *,
+        limit: int = 0,
+        lock_delay_ms: int = 0,
         keepalive: bool = True,
         safety_margin_ms: Optional[int] = None,
         on_waiting: Optional[Callable[[NotGranted], None]] = None,
     ) -> Lease | NotGranted:
         """Asks for `name`, waiting up to `wait_ms` if it is busy.
 
+        `limit` N > 1 asks for one of N permits of a counting lease: up to N holders at once, each
+        with its own `Lease` and fencing token; 0 or 1 is an exclusive lease. Every holder of a
+        name must ask for the same limit. `lock_delay_ms` (0 to 60,000): if this lease ends by
+        expiry (not by release), nobody gets it (this permit) until that long after the expiry.
+
         Returns a `Lease` (renewed in the background unless `keepalive` is False, in which case the
         caller renews with `Lease.renew()`), or `NotGranted` naming the holder if the lease stayed
         busy. `on_waiting` is called each time the server reports whom it is waiting on. Raises
-        `grpc.RpcError` for bad input (INVALID_ARGUMENT) or an unavailable server (UNAVAILABLE).
+        `grpc.RpcError` for bad input (INVALID_ARGUMENT), a `limit` other than the one the name's
+        holders use (FAILED_PRECONDITION, naming the limit in force), or an unavailable server
+        (UNAVAILABLE).
         """
-        request = pb.AcquireRequest(name=name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        request = pb.AcquireRequest(
+            name=name,
+            holder=holder,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            limit=limit,
+            lock_delay_ms=lock_delay_ms,
+        )
         # The server grants no earlier than now, so the lease lasts at least a TTL from here.
         requested_at = time.monotonic()
         responses = self._stub.Acquire(request, timeout=wait_ms / 1000 + self._rpc_timeout_s)
@@ -178,7 +223,7 @@ class LeaseClient:
         return lease
 
     def describe(self, name: str) -> LeaseInfo:
-        """Who holds `name` now, as anyone may ask."""
+        """Who holds `name` now (every holder of a counting lease), as anyone may ask."""
         answer = self._stub.Describe(pb.DescribeRequest(name=name), timeout=self._rpc_timeout_s)
         return LeaseInfo(
             name=name,
@@ -186,6 +231,14 @@ class LeaseClient:
             holder=answer.holder,
             fencing_token=answer.fencing_token,
             remaining_ms=answer.remaining_ms,
+            limit=answer.limit,
+            holders=tuple(
+                HolderInfo(
+                    holder=h.holder, fencing_token=h.fencing_token, remaining_ms=h.remaining_ms
+                )
+                for h in answer.holders
+            ),
+            waiters=answer.waiters,
         )
 
     def close(self) -> None:
@@ -210,6 +263,8 @@ def _not_granted(name: str, busy: pb.Waiting | pb.NotGranted) -> NotGranted:
         holder=busy.holder,
         fencing_token=busy.fencing_token,
         remaining_ms=busy.remaining_ms,
+        held=busy.held,
+        limit=busy.limit,
     )
 
 

@@ -14,7 +14,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     client::{
-        AcquireOptions, ClientError, ConnectOptions, CurrentHolder, LeaseClient, default_holder,
+        AcquireOptions, ClientError, ConnectOptions, CurrentHolder, LeaseClient, LeaseDescription,
+        NotGranted, default_holder,
     },
     config::ServeConfig,
     lease::limits::is_control_or_bidi,
@@ -48,9 +49,10 @@ pub enum Command {
     Acquire(AcquireArgs),
     /// Release a lease by its lease id.
     Release(ReleaseArgs),
-    /// Show who holds a lease.
+    /// Show who holds a lease: every holder of a counting lease, the limit, and the waiters.
     Describe(DescribeArgs),
     /// Run CMD while holding a lease: acquire, run, keep the lease alive, release when CMD exits.
+    /// With --limit N, one of N permits: at most N such commands run at once, fleet-wide.
     /// Exits with CMD's exit code; 75 if the lease was not granted; 76 if it was lost while CMD
     /// ran (CMD gets SIGTERM, then SIGKILL after --kill-after). Signals sent to leased run reach CMD.
     Run(run::RunArgs),
@@ -106,6 +108,16 @@ pub struct LeaseArgs {
     /// Who is asking, shown by describe (default: hostname/pid).
     #[arg(long)]
     pub holder: Option<String>,
+    /// How many may hold NAME at once: 1 is an exclusive lease, N > 1 a counting lease (at most N
+    /// holders, each with its own lease id and fencing token). Every holder of a name must use
+    /// the same N.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// If the lease expires (its holder died or stopped renewing; not on release), keep it from
+    /// everyone for this long after the expiry (e.g. 5s; at most 1m), so that a holder that is
+    /// only paused has time to notice before the next one starts.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub lock_delay: Duration,
 }
 
 impl LeaseArgs {
@@ -114,6 +126,8 @@ impl LeaseArgs {
         AcquireOptions::new(self.ttl)
             .wait(self.wait)
             .holder(self.holder.clone().unwrap_or_else(default_holder))
+            .limit(self.limit)
+            .lock_delay(self.lock_delay)
     }
 }
 
@@ -199,8 +213,12 @@ async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Err(holder) => {
-            print_holder(&args.lease.name, "not_granted", Some(&holder), args.json);
+        Err(busy) => {
+            if args.json {
+                println!("{}", json_line(&not_granted_json(&args.lease.name, &busy)));
+            } else {
+                println!("{}", not_granted_text(&args.lease.name, &busy));
+            }
             Ok(ExitCode::from(exit_code::NOT_GRANTED))
         }
     }
@@ -223,42 +241,119 @@ async fn release(args: ReleaseArgs) -> Result<ExitCode, ClientError> {
 
 async fn describe(args: DescribeArgs) -> Result<ExitCode, ClientError> {
     let client = args.endpoint.connect().await?;
-    let holder = client.describe(&args.name).await?;
-    print_holder(&args.name, "held", holder.as_ref(), args.json);
+    let description = client.describe_lease(&args.name).await?;
+    if args.json {
+        println!("{}", json_line(&description_json(&args.name, &description)));
+    } else {
+        println!("{}", description_text(&args.name, &description));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints who holds `name` (`state` names the situation: held, not_granted), or that it is free.
-/// The holder is server-provided: quoted with `{:?}`, which escapes quotes, backslashes and
-/// every character [`is_control_or_bidi`] covers (`\u{1b}`, `\n`, `\0`, `\u{202e}`).
-fn print_holder(name: &str, state: &str, holder: Option<&CurrentHolder>, json: bool) {
-    let remaining_ms = |h: &CurrentHolder| h.remaining.map_or(-1, |r| r.as_millis() as i64);
-    let json_value = match (holder, json) {
-        (_, false) => None,
-        (Some(h), true) => Some(serde_json::json!({
-            "name": name,
-            "held": true,
-            "granted": false,
-            "holder": h.holder,
-            "fencing_token": h.fencing_token,
-            "remaining_ms": remaining_ms(h),
-        })),
-        (None, true) => Some(serde_json::json!({ "name": name, "held": false })),
-    };
-    if let Some(json) = json_value {
-        println!("{}", json_line(&json));
-        return;
-    }
+// Holders are server-provided: human output quotes them with `{:?}`, which escapes quotes,
+// backslashes and every character [`is_control_or_bidi`] covers (`\u{1b}`, `\n`, `\0`,
+// `\u{202e}`); JSON output goes through [`json_line`].
+
+/// `describe` as text. An exclusive lease is one line, `held NAME holder=".." fencing_token=N
+/// remaining_ms=M`, or `free NAME`; a counting lease (limit > 1) is a line with the limit and
+/// the count of holders, then one indented line per holder, by increasing token. ` waiters=N`
+/// ends the first line when someone waits.
+fn description_text(name: &str, description: &LeaseDescription) -> String {
     let name = Escaped(name);
-    match holder {
-        Some(h) => println!(
-            "{state} {name} holder={:?} fencing_token={} remaining_ms={}",
-            h.holder,
-            h.fencing_token,
-            remaining_ms(h)
-        ),
-        None => println!("free {name}"),
+    let waiters = match description.waiters {
+        0 => String::new(),
+        n => format!(" waiters={n}"),
+    };
+    match description.holders.as_slice() {
+        [] => format!("free {name}{waiters}"),
+        [only] if description.limit <= 1 => {
+            format!("held {name} {}{waiters}", holder_fields(only))
+        }
+        holders => {
+            let mut text = format!(
+                "held {name} limit={} holders={}{waiters}",
+                description.limit,
+                holders.len()
+            );
+            for holder in holders {
+                text.push_str("\n  ");
+                text.push_str(&holder_fields(holder));
+            }
+            text
+        }
     }
+}
+
+/// `describe --json`: one object. The top-level `holder`, `fencing_token` and `remaining_ms`
+/// (present while held) describe the holder with the smallest token, as before counting leases;
+/// `holders` lists every one.
+fn description_json(name: &str, description: &LeaseDescription) -> serde_json::Value {
+    let mut json = serde_json::json!({
+        "name": name,
+        "held": description.is_held(),
+        "limit": description.limit,
+        "holders": description.holders.iter().map(holder_json).collect::<Vec<_>>(),
+        "waiters": description.waiters,
+    });
+    if let Some(first) = description.holders.first() {
+        json["granted"] = false.into();
+        json["holder"] = first.holder.clone().into();
+        json["fencing_token"] = first.fencing_token.into();
+        json["remaining_ms"] = remaining_ms(first.remaining).into();
+    }
+    json
+}
+
+/// `acquire` of a busy lease, as text: `not_granted NAME holder=".." fencing_token=N
+/// remaining_ms=M` (the permit that frees soonest, for a counting lease), then, for a counting
+/// lease, ` permits_held=H limit=N`.
+fn not_granted_text(name: &str, busy: &NotGranted) -> String {
+    let soonest = format_holder(&busy.holder, busy.fencing_token, busy.remaining);
+    let mut text = format!("not_granted {} {soonest}", Escaped(name));
+    if busy.limit > 1 {
+        text.push_str(&format!(" permits_held={} limit={}", busy.held, busy.limit));
+    }
+    text
+}
+
+/// `acquire --json` of a busy lease. `held` stays the boolean it always was; the count of
+/// permits taken is `permits_held`.
+fn not_granted_json(name: &str, busy: &NotGranted) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "held": true,
+        "granted": false,
+        "holder": busy.holder,
+        "fencing_token": busy.fencing_token,
+        "remaining_ms": remaining_ms(busy.remaining),
+        "permits_held": busy.held,
+        "limit": busy.limit,
+    })
+}
+
+fn holder_fields(holder: &CurrentHolder) -> String {
+    format_holder(&holder.holder, holder.fencing_token, holder.remaining)
+}
+
+/// `holder=".." fencing_token=N remaining_ms=M`, the holder quoted and escaped.
+fn format_holder(holder: &str, fencing_token: u64, remaining: Option<Duration>) -> String {
+    format!(
+        "holder={holder:?} fencing_token={fencing_token} remaining_ms={}",
+        remaining_ms(remaining)
+    )
+}
+
+fn holder_json(holder: &CurrentHolder) -> serde_json::Value {
+    serde_json::json!({
+        "holder": holder.holder,
+        "fencing_token": holder.fencing_token,
+        "remaining_ms": remaining_ms(holder.remaining),
+    })
+}
+
+/// The wire's convention: -1 for a lease without expiry.
+fn remaining_ms(remaining: Option<Duration>) -> i64 {
+    remaining.map_or(-1, |r| i64::try_from(r.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Server-provided (or user-provided) text in human output: every character a terminal would act
@@ -345,7 +440,7 @@ mod tests {
         assert!(!Escaped(&all).to_string().chars().any(is_control_or_bidi));
     }
 
-    /// `print_holder` relies on `{:?}` escaping these; this fails if the standard library's
+    /// `format_holder` relies on `{:?}` escaping these; this fails if the standard library's
     /// `Debug` for `str` ever stops doing so.
     #[test]
     fn debug_quoting_escapes_every_control_and_bidi_character() {
@@ -353,6 +448,103 @@ mod tests {
             let quoted = format!("{:?}", format!("x{c}y"));
             assert!(!quoted.chars().any(is_control_or_bidi), "{:?}", c);
         }
+    }
+
+    fn holder(holder: &str, fencing_token: u64, remaining_ms: Option<u64>) -> CurrentHolder {
+        CurrentHolder {
+            holder: holder.into(),
+            fencing_token,
+            remaining: remaining_ms.map(Duration::from_millis),
+        }
+    }
+
+    fn description(limit: u32, holders: Vec<CurrentHolder>, waiters: u32) -> LeaseDescription {
+        LeaseDescription {
+            limit,
+            holders,
+            waiters,
+        }
+    }
+
+    /// An exclusive lease stays the one line it always was (scripts parse it); a counting lease
+    /// gets a summary line and one line per holder; waiters show only when someone waits.
+    #[test]
+    fn describe_text_is_one_line_for_an_exclusive_lease_and_lists_every_permit() {
+        assert_eq!(description_text("n", &description(0, vec![], 0)), "free n");
+        assert_eq!(
+            description_text("n", &description(0, vec![], 2)),
+            "free n waiters=2"
+        );
+        let only = holder("host-a/1", 7, Some(2_900));
+        assert_eq!(
+            description_text("n", &description(1, vec![only.clone()], 0)),
+            r#"held n holder="host-a/1" fencing_token=7 remaining_ms=2900"#
+        );
+        assert_eq!(
+            description_text("n", &description(1, vec![only.clone()], 3)),
+            r#"held n holder="host-a/1" fencing_token=7 remaining_ms=2900 waiters=3"#
+        );
+        let permits = vec![only, holder("evil\u{1b}[2J\u{202e}", 9, None)];
+        assert_eq!(
+            description_text("n", &description(3, permits, 1)),
+            "held n limit=3 holders=2 waiters=1\n  \
+             holder=\"host-a/1\" fencing_token=7 remaining_ms=2900\n  \
+             holder=\"evil\\u{1b}[2J\\u{202e}\" fencing_token=9 remaining_ms=-1"
+        );
+    }
+
+    /// `--json` keeps the keys it had (the single-holder fields describe the smallest token) and
+    /// adds `limit`, `holders` and `waiters`, the same keys for both kinds of lease.
+    #[test]
+    fn describe_json_keeps_the_single_holder_fields_and_adds_every_holder() {
+        let permits = vec![holder("a", 7, Some(2_900)), holder("b", 9, None)];
+        assert_eq!(
+            description_json("n", &description(2, permits, 1)),
+            serde_json::json!({
+                "name": "n", "held": true, "granted": false,
+                "holder": "a", "fencing_token": 7, "remaining_ms": 2900,
+                "limit": 2, "waiters": 1,
+                "holders": [
+                    { "holder": "a", "fencing_token": 7, "remaining_ms": 2900 },
+                    { "holder": "b", "fencing_token": 9, "remaining_ms": -1 },
+                ],
+            })
+        );
+        assert_eq!(
+            description_json("n", &description(0, vec![], 0)),
+            serde_json::json!({
+                "name": "n", "held": false, "limit": 0, "holders": [], "waiters": 0,
+            })
+        );
+    }
+
+    /// A busy exclusive lease prints as before; a busy counting lease adds how full it is.
+    #[test]
+    fn not_granted_adds_the_permits_of_a_counting_lease() {
+        let busy = |held, limit| NotGranted {
+            holder: "a".into(),
+            fencing_token: 7,
+            remaining: Some(Duration::from_millis(2_900)),
+            held,
+            limit,
+        };
+        assert_eq!(
+            not_granted_text("n", &busy(1, 1)),
+            r#"not_granted n holder="a" fencing_token=7 remaining_ms=2900"#
+        );
+        assert_eq!(
+            not_granted_text("n", &busy(3, 3)),
+            r#"not_granted n holder="a" fencing_token=7 remaining_ms=2900 permits_held=3 limit=3"#
+        );
+        let json = not_granted_json("n", &busy(3, 3));
+        assert_eq!(
+            (json["held"].clone(), json["granted"].clone()),
+            (true.into(), false.into())
+        );
+        assert_eq!(
+            (json["permits_held"].as_u64(), json["limit"].as_u64()),
+            (Some(3), Some(3))
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `leased run NAME --ttl 15s -- CMD ARGS...`: hold a lease exactly as long as CMD runs.
+//! `leased run NAME --ttl 15s -- CMD ARGS...`: hold a lease exactly as long as CMD runs. With
+//! `--limit N`, one of N permits: at most N such commands run at once, fleet-wide.
 
 use std::{process::ExitCode, time::Duration};
 
@@ -44,14 +45,26 @@ pub(super) async fn run(args: RunArgs) -> ExitCode {
     let name = &args.lease.name;
     let guard = match client.acquire(name, args.lease.options()).await {
         Ok(Acquired::Granted(guard)) => guard,
-        Ok(Acquired::NotGranted(holder)) => {
+        Ok(Acquired::NotGranted(busy)) => {
             // The holder is quoted with `{:?}`, which escapes control and bidi characters.
-            eprintln!(
-                "leased run: {} is held by {:?} (fencing token {}); not running the command",
-                Escaped(name),
-                holder.holder,
-                holder.fencing_token
-            );
+            if busy.limit > 1 {
+                eprintln!(
+                    "leased run: {} is busy: {} of {} permits held, the first to free held by \
+                     {:?} (fencing token {}); not running the command",
+                    Escaped(name),
+                    busy.held,
+                    busy.limit,
+                    busy.holder,
+                    busy.fencing_token
+                );
+            } else {
+                eprintln!(
+                    "leased run: {} is held by {:?} (fencing token {}); not running the command",
+                    Escaped(name),
+                    busy.holder,
+                    busy.fencing_token
+                );
+            }
             return ExitCode::from(exit_code::NOT_GRANTED);
         }
         Err(error) => return fail(&error.to_string()),

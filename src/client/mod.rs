@@ -18,14 +18,18 @@
 //!         }
 //!         guard.release().await?;
 //!     }
-//!     Acquired::NotGranted(holder) => {
-//!         println!("busy: held by {:?} with token {}", holder.holder, holder.fencing_token);
+//!     Acquired::NotGranted(busy) => {
+//!         println!("busy: held by {:?} with token {}", busy.holder, busy.fencing_token);
 //!     }
 //! }
 //! # Ok(())
 //! # }
 //! # async fn do_the_work(_token: u64) {}
 //! ```
+//!
+//! A counting lease (a semaphore) lets up to N holders hold a name at once, each with its own
+//! guard and fencing token: `AcquireOptions::new(ttl).limit(5)`, the same N for every holder of
+//! the name. [`LeaseClient::describe_lease`] lists every holder and the waiters.
 //!
 //! `examples/guard.rs` is a runnable program built the same way (acquire with a wait, work until
 //! done or lost, release); `tests/client.rs` runs it against a real server.
@@ -44,8 +48,8 @@ use tonic::{
 pub use guard::{LeaseGuard, LostReason};
 
 use crate::proto::{
-    AcquireRequest, DescribeRequest, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
-    lease_service_client::LeaseServiceClient, renew_response,
+    AcquireRequest, DescribeRequest, DescribeResponse, ReleaseRequest, RenewRequest, RenewResponse,
+    acquire_response, lease_service_client::LeaseServiceClient, renew_response,
 };
 
 /// What can go wrong in the client. Contention is not an error: see [`Acquired::NotGranted`].
@@ -60,6 +64,17 @@ pub enum ClientError {
     /// The server answered with an error status (bad input, Redis unavailable, ...).
     #[error("{}: {}", .0.code(), .0.message())]
     Status(#[from] tonic::Status),
+    /// Acquire asked for a [`limit`](AcquireOptions::limit) other than the one the name's current
+    /// holders were granted with (the server's `FAILED_PRECONDITION`). Every holder of a name must
+    /// ask for the same limit; `message` is the server's, naming the limit in force. Nothing was
+    /// granted.
+    #[error("{message}")]
+    LimitMismatch {
+        /// The limit this caller asked for.
+        requested: u32,
+        /// The server's explanation, e.g. "limit 5 differs from the limit in force, 3: ...".
+        message: String,
+    },
     /// A TLS file cannot be read, or a setting is malformed.
     #[error("{0}")]
     Config(String),
@@ -106,21 +121,28 @@ impl Interceptor for BearerToken {
     }
 }
 
-/// How to acquire: TTL, how long to wait for a busy lease, and who is asking.
+/// How to acquire: TTL, how long to wait for a busy lease, who is asking, how many may hold the
+/// name at once, and the lock-delay after an expiry.
 #[derive(Clone, Debug)]
 pub struct AcquireOptions {
     pub ttl: Duration,
     pub wait: Duration,
     pub holder: String,
+    /// How many holders may hold the name at once: 0 (the default) or 1 is an exclusive lease.
+    pub limit: u32,
+    /// How long the name (this permit) stays ungranted after this grant expires; zero by default.
+    pub lock_delay: Duration,
 }
 
 impl AcquireOptions {
-    /// A TTL, no waiting, and this host and process as the holder.
+    /// A TTL, no waiting, this host and process as the holder, an exclusive lease, no lock-delay.
     pub fn new(ttl: Duration) -> Self {
         AcquireOptions {
             ttl,
             wait: Duration::ZERO,
             holder: default_holder(),
+            limit: 0,
+            lock_delay: Duration::ZERO,
         }
     }
 
@@ -133,6 +155,27 @@ impl AcquireOptions {
     /// Describe the holder to others (shown by `Describe`).
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = holder.into();
+        self
+    }
+
+    /// Let up to `limit` holders hold the name at once: a counting lease (a semaphore) of
+    /// `limit` permits. Each grant is one permit with its own guard, lease id and fencing token
+    /// (larger than every earlier grant of the name, whichever permit), renewed, released and
+    /// expiring on its own. 0 or 1 is an exclusive lease. Every holder of a name must ask for the
+    /// same limit: while any permit is taken, another limit fails with
+    /// [`ClientError::LimitMismatch`]. At most the server's `--max-limit` (default 10,000).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Lock-delay (up to 60 s): if this grant ends by expiry (the holder stopped renewing: it
+    /// died, or is paused or cut off and may still believe it holds the lease), nobody is granted
+    /// the name (this permit, for a counting lease) until `delay` after the expiry, so that such a
+    /// holder has time to notice before the next one starts. A release ends the lease at once,
+    /// without delay. Sent in milliseconds.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
         self
     }
 }
@@ -158,16 +201,62 @@ pub fn default_holder() -> String {
 pub enum Acquired {
     /// The lease is ours, kept alive until released or dropped.
     Granted(LeaseGuard),
-    /// Someone else holds it (for the whole wait).
-    NotGranted(CurrentHolder),
+    /// Someone else holds it (for the whole wait); every permit, for a counting lease.
+    NotGranted(NotGranted),
 }
 
-/// Who holds a lease, as anyone may see it.
+/// Why [`LeaseClient::acquire`] did not grant: the lease stayed busy for the whole wait.
+///
+/// `holder`, `fencing_token` and `remaining` describe the holder of an exclusive lease, or the
+/// permit that frees soonest of a counting lease (the one a waiter would get next); `held` and
+/// `limit` say how full the name is. An empty `holder` with token 0, zero `remaining` and
+/// `held` 0 means nobody holds it right now, but it is being handed to a caller waiting ahead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotGranted {
+    pub holder: String,
+    pub fencing_token: u64,
+    /// Time until that holder's lease (permit) frees unless renewed, lock-delay included; `None`
+    /// if it has no expiry.
+    pub remaining: Option<Duration>,
+    /// Permits taken: held, or in their lock-delay (1 for a held exclusive lease).
+    pub held: u32,
+    /// The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when no permit is
+    /// taken.
+    pub limit: u32,
+}
+
+impl NotGranted {
+    /// The same answer built from a `Describe`: the permit that frees soonest, how many are taken.
+    fn from_description(description: &LeaseDescription) -> Self {
+        let held = u32::try_from(description.holders.len()).unwrap_or(u32::MAX);
+        match description.frees_first() {
+            Some(soonest) => NotGranted {
+                holder: soonest.holder.clone(),
+                fencing_token: soonest.fencing_token,
+                remaining: soonest.remaining,
+                held,
+                limit: description.limit,
+            },
+            // Free right now: as the server says it, being handed to a caller ahead.
+            None => NotGranted {
+                holder: String::new(),
+                fencing_token: 0,
+                remaining: Some(Duration::ZERO),
+                held: 0,
+                limit: 0,
+            },
+        }
+    }
+}
+
+/// One holder of a lease (one permit of a counting lease), as anyone may see it: never its
+/// lease id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CurrentHolder {
     pub holder: String,
     pub fencing_token: u64,
-    /// Time until the lease expires unless renewed; `None` if it has no expiry.
+    /// Time until the lease (this permit) frees unless renewed, lock-delay included; `None` if it
+    /// has no expiry.
     pub remaining: Option<Duration>,
 }
 
@@ -176,7 +265,59 @@ impl CurrentHolder {
         CurrentHolder {
             holder,
             fencing_token,
-            remaining: u64::try_from(remaining_ms).ok().map(Duration::from_millis),
+            remaining: remaining_from_ms(remaining_ms),
+        }
+    }
+}
+
+/// Everything `Describe` tells anyone about a lease ([`LeaseClient::describe_lease`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseDescription {
+    /// The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when nobody
+    /// holds it.
+    pub limit: u32,
+    /// Every permit taken (held, or in its lock-delay after an expiry), by increasing fencing
+    /// token; empty when the lease is free. An exclusive lease has at most one.
+    pub holders: Vec<CurrentHolder>,
+    /// Callers waiting for the name, on every replica. May be non-zero while the lease is free:
+    /// it is being handed to the first of them.
+    pub waiters: u32,
+}
+
+impl LeaseDescription {
+    /// True if any permit is taken (held, or in its lock-delay).
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
+
+    /// The holder whose permit frees soonest (a permit without expiry last): the one a waiter
+    /// gets next, as in [`NotGranted`].
+    pub fn frees_first(&self) -> Option<&CurrentHolder> {
+        self.holders
+            .iter()
+            .min_by_key(|h| h.remaining.unwrap_or(Duration::MAX))
+    }
+
+    fn from_reply(reply: DescribeResponse) -> Self {
+        let mut holders: Vec<CurrentHolder> = reply
+            .holders
+            .into_iter()
+            .map(|h| CurrentHolder::new(h.holder, h.fencing_token, h.remaining_ms))
+            .collect();
+        let mut limit = reply.limit;
+        // A server from before counting leases sends only the single-holder fields.
+        if reply.held && holders.is_empty() {
+            holders.push(CurrentHolder::new(
+                reply.holder,
+                reply.fencing_token,
+                reply.remaining_ms,
+            ));
+            limit = limit.max(1);
+        }
+        LeaseDescription {
+            limit,
+            holders,
+            waiters: reply.waiters,
         }
     }
 }
@@ -268,12 +409,11 @@ impl LeaseClient {
                 })
             );
             if !renewed {
-                let holder = self.describe(name).await?.unwrap_or(CurrentHolder {
-                    holder: String::new(),
-                    fencing_token: 0,
-                    remaining: None,
-                });
-                return Ok(Acquired::NotGranted(holder));
+                // Lost between the grant and now: report whoever holds the name instead.
+                let description = self.describe_lease(name).await?;
+                return Ok(Acquired::NotGranted(NotGranted::from_description(
+                    &description,
+                )));
             }
         }
         Ok(Acquired::Granted(LeaseGuard::start(
@@ -288,16 +428,26 @@ impl LeaseClient {
         &self,
         name: &str,
         options: &AcquireOptions,
-    ) -> Result<Result<GrantedLease, CurrentHolder>, ClientError> {
+    ) -> Result<Result<GrantedLease, NotGranted>, ClientError> {
         let request = AcquireRequest {
             name: name.to_owned(),
             holder: options.holder.clone(),
             ttl_ms: duration_ms(options.ttl),
             wait_ms: duration_ms(options.wait),
+            limit: options.limit,
+            lock_delay_ms: duration_ms(options.lock_delay),
         };
-        let mut stream = self.grpc.clone().acquire(request).await?.into_inner();
+        // The limit check may answer before the stream starts or as its first message.
+        let refused = |status| acquire_error(status, options.limit);
+        let mut stream = self
+            .grpc
+            .clone()
+            .acquire(request)
+            .await
+            .map_err(refused)?
+            .into_inner();
         while let Some(message) = stream.next().await {
-            match message?.result {
+            match message.map_err(refused)?.result {
                 Some(acquire_response::Result::Waiting(_)) => continue,
                 Some(acquire_response::Result::Granted(granted)) => {
                     return Ok(Ok(GrantedLease {
@@ -311,11 +461,13 @@ impl LeaseClient {
                     }));
                 }
                 Some(acquire_response::Result::NotGranted(busy)) => {
-                    return Ok(Err(CurrentHolder::new(
-                        busy.holder,
-                        busy.fencing_token,
-                        busy.remaining_ms,
-                    )));
+                    return Ok(Err(NotGranted {
+                        holder: busy.holder,
+                        fencing_token: busy.fencing_token,
+                        remaining: remaining_from_ms(busy.remaining_ms),
+                        held: busy.held,
+                        limit: busy.limit,
+                    }));
                 }
                 None => return Err(ClientError::Protocol("empty AcquireResponse".into())),
             }
@@ -340,15 +492,21 @@ impl LeaseClient {
             .released)
     }
 
-    /// Who holds `name`, if anyone.
+    /// Who holds `name`, if anyone: the holder of an exclusive lease; for a counting lease, the
+    /// holder with the smallest fencing token (see [`describe_lease`](Self::describe_lease) for
+    /// every holder).
     pub async fn describe(&self, name: &str) -> Result<Option<CurrentHolder>, ClientError> {
+        Ok(self.describe_lease(name).await?.holders.into_iter().next())
+    }
+
+    /// Every holder of `name` (every permit taken, for a counting lease), the limit in force and
+    /// how many callers wait. One `Describe` call: a consistent snapshot.
+    pub async fn describe_lease(&self, name: &str) -> Result<LeaseDescription, ClientError> {
         let request = DescribeRequest {
             name: name.to_owned(),
         };
         let reply = self.grpc.clone().describe(request).await?.into_inner();
-        Ok(reply
-            .held
-            .then(|| CurrentHolder::new(reply.holder, reply.fencing_token, reply.remaining_ms)))
+        Ok(LeaseDescription::from_reply(reply))
     }
 
     pub(crate) fn grpc(&self) -> GrpcClient {
@@ -373,6 +531,109 @@ impl ConnectOptions {
     }
 }
 
+/// An Acquire's error status as the caller should see it: a limit that differs from the one in
+/// force (`FAILED_PRECONDITION`, which only Acquire answers) gets its own variant.
+fn acquire_error(status: tonic::Status, requested_limit: u32) -> ClientError {
+    match status.code() {
+        tonic::Code::FailedPrecondition => ClientError::LimitMismatch {
+            requested: requested_limit,
+            message: status.message().to_owned(),
+        },
+        _ => ClientError::Status(status),
+    }
+}
+
+/// The wire's `remaining_ms`: -1 (negative) means no expiry.
+fn remaining_from_ms(remaining_ms: i64) -> Option<Duration> {
+    u64::try_from(remaining_ms).ok().map(Duration::from_millis)
+}
+
 fn duration_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::HolderInfo;
+
+    fn holder_info(holder: &str, fencing_token: u64, remaining_ms: i64) -> HolderInfo {
+        HolderInfo {
+            holder: holder.into(),
+            fencing_token,
+            remaining_ms,
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn description_lists_every_holder_and_frees_first_is_the_soonest() {
+        let reply = DescribeResponse {
+            held: true,
+            holder: "a".into(),
+            fencing_token: 7,
+            remaining_ms: 5_000,
+            limit: 3,
+            holders: vec![
+                holder_info("a", 7, 5_000),
+                holder_info("b", 8, -1),
+                holder_info("c", 9, 1_000),
+            ],
+            waiters: 2,
+            ..Default::default()
+        };
+        let description = LeaseDescription::from_reply(reply);
+        assert!(description.is_held());
+        assert_eq!((description.limit, description.waiters), (3, 2));
+        let tokens: Vec<u64> = description
+            .holders
+            .iter()
+            .map(|h| h.fencing_token)
+            .collect();
+        assert_eq!(tokens, [7, 8, 9]);
+        assert_eq!(description.holders[1].remaining, None);
+        assert_eq!(description.frees_first().unwrap().holder, "c");
+    }
+
+    /// A server from before counting leases sends only the single-holder fields: still one
+    /// holder of an exclusive lease.
+    #[test]
+    fn description_from_an_older_server_has_its_one_holder() {
+        let reply = DescribeResponse {
+            held: true,
+            holder: "a".into(),
+            fencing_token: 7,
+            remaining_ms: 5_000,
+            ..Default::default()
+        };
+        let description = LeaseDescription::from_reply(reply);
+        assert_eq!(description.limit, 1);
+        assert_eq!(
+            description.holders,
+            [CurrentHolder::new("a".into(), 7, 5_000)]
+        );
+        let free = LeaseDescription::from_reply(DescribeResponse::default());
+        assert!(!free.is_held());
+        assert_eq!((free.limit, free.frees_first()), (0, None));
+    }
+
+    #[test]
+    fn failed_precondition_is_a_limit_mismatch_and_other_codes_stay_statuses() {
+        let message = "limit 5 differs from the limit in force, 3: every holder of a name must \
+                       ask for the same limit";
+        let error = acquire_error(tonic::Status::failed_precondition(message), 5);
+        let ClientError::LimitMismatch {
+            requested,
+            message: explained,
+        } = &error
+        else {
+            panic!("expected LimitMismatch, got {error:?}");
+        };
+        assert_eq!((*requested, explained.as_str()), (5, message));
+        assert_eq!(error.to_string(), message);
+        let error = acquire_error(tonic::Status::invalid_argument("invalid limit"), 20_000);
+        assert!(
+            matches!(error, ClientError::Status(s) if s.code() == tonic::Code::InvalidArgument)
+        );
+    }
 }

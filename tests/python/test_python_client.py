@@ -28,6 +28,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 from leased_client import (  # noqa: E402  (importing generates the stubs)
     FencedResource,
+    HolderInfo,
     Lease,
     LeaseClient,
     NotGranted,
@@ -170,7 +171,8 @@ def test_busy_lease_is_not_granted_and_a_waiter_gets_it_with_a_larger_token(clie
     assert isinstance(first, Lease)
 
     busy = second_client.acquire(name, ttl_ms=10_000, wait_ms=0, holder="second")
-    assert busy == NotGranted(name, "first", first.fencing_token, busy.remaining_ms)
+    assert busy == NotGranted(name, "first", first.fencing_token, busy.remaining_ms,
+                              held=1, limit=1)
     assert 0 < busy.remaining_ms <= 10_000
 
     # The waiter's TTL is shorter than its wait: the client cannot count its trust from the
@@ -269,3 +271,104 @@ def test_example_runs_against_the_server(stack: Stack) -> None:
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
     for line in ("granted: fencing token", "rejected stale write", "still held", "released: True"):
         assert line in run.stdout, run.stdout
+
+
+def test_counting_lease_lets_limit_holders_in_and_describe_lists_them(clients) -> None:
+    a_client, b_client, c_client = clients
+    name = "py-counting"
+    first = a_client.acquire(name, ttl_ms=10_000, holder="a", limit=2)
+    second = b_client.acquire(name, ttl_ms=10_000, holder="b", limit=2)
+    assert isinstance(first, Lease) and isinstance(second, Lease)
+    assert second.fencing_token > first.fencing_token
+    try:
+        busy = c_client.acquire(name, ttl_ms=10_000, holder="c", limit=2)
+        assert isinstance(busy, NotGranted)
+        assert (busy.held, busy.limit) == (2, 2)
+        assert busy.fencing_token in (first.fencing_token, second.fencing_token)
+
+        info = c_client.describe(name)
+        assert (info.held, info.limit, info.waiters) == (True, 2, 0)
+        assert [(h.holder, h.fencing_token) for h in info.holders] == [
+            ("a", first.fencing_token), ("b", second.fencing_token)]
+        assert all(isinstance(h, HolderInfo) and h.remaining_ms > 0 for h in info.holders)
+        # The single-holder fields describe the smallest token, as for clients before limits.
+        assert (info.holder, info.fencing_token) == ("a", first.fencing_token)
+
+        with pytest.raises(grpc.RpcError) as raised:
+            c_client.acquire(name, ttl_ms=10_000, limit=3)
+        assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "limit in force, 2" in raised.value.details()
+
+        # A waiter gets the permit that the first release frees.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(c_client.acquire, name, ttl_ms=10_000, wait_ms=20_000,
+                                  holder="c", limit=2)
+            wait_until(lambda: c_client.describe(name).waiters == 1, 10, "the waiter to queue")
+            assert first.release() is True
+            third = waiting.result(timeout=10)
+        assert isinstance(third, Lease)
+        assert third.fencing_token > second.fencing_token
+        assert third.release() is True
+    finally:
+        first.release()
+        second.release()
+    info = c_client.describe(name)
+    assert (info.held, info.limit, info.holders, info.waiters) == (False, 0, (), 0)
+
+
+def test_lock_delay_holds_an_expired_lease_back(clients) -> None:
+    stalled_client, next_client, _ = clients
+    name = "py-lock-delay"
+    asked_at = time.monotonic()
+    stalled = stalled_client.acquire(name, ttl_ms=300, lock_delay_ms=1_500, keepalive=False,
+                                     holder="stalled")
+    assert isinstance(stalled, Lease)
+    time.sleep(max(0.0, asked_at + 0.6 - time.monotonic()))  # expired, in its lock-delay
+
+    info = next_client.describe(name)
+    assert (info.held, info.holder, info.fencing_token) == (True, "stalled", stalled.fencing_token)
+    assert 0 < info.remaining_ms <= 1_500
+    assert stalled.renew() is False and stalled.lost_reason == "expired or released"
+
+    new = next_client.acquire(name, ttl_ms=5_000, wait_ms=10_000, holder="next")
+    assert isinstance(new, Lease)
+    # The stalled lease expired no earlier than 300 ms after it was asked for.
+    assert time.monotonic() - asked_at >= 1.8
+    assert new.fencing_token > stalled.fencing_token
+    assert new.release() is True
+
+    with pytest.raises(grpc.RpcError) as raised:
+        next_client.acquire(name, ttl_ms=1_000, lock_delay_ms=60_001)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "lock_delay_ms" in raised.value.details()
+
+
+def test_example_takes_one_permit_of_a_counting_lease(stack: Stack, clients) -> None:
+    client, _, _ = clients
+    name = "py-example-counting"
+
+    def example(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(EXAMPLES / "example.py"), "--target", stack.target,
+             "--name", name, "--limit", "2", "--ttl-ms", "1500", "--hold-s", "1", *extra],
+            capture_output=True, text=True, timeout=60,
+        )
+
+    # One permit is taken: the example takes the other at once, beside it.
+    other = client.acquire(name, ttl_ms=30_000, holder="other", limit=2)
+    assert isinstance(other, Lease)
+    run = example("--wait-ms", "0")
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    for line in ("one of 2 permits", "still held: 2 of 2 permits held, 0 waiting",
+                 f"holder 'other', token {other.fencing_token}", "(this program)",
+                 "released: True"):
+        assert line in run.stdout, run.stdout
+
+    # Both permits are taken: the example is not granted and says how full the lease is.
+    another = client.acquire(name, ttl_ms=30_000, holder="another", limit=2)
+    assert isinstance(another, Lease)
+    run = example("--wait-ms", "0")
+    assert run.returncode == 2, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    assert "not granted: 2 of 2 permits held" in run.stdout, run.stdout
+    assert other.release() is True
+    assert another.release() is True
