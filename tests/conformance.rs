@@ -421,6 +421,7 @@ async fn every_bad_input_is_invalid_argument_naming_the_field(server: &Leased) {
         holder: "h".into(),
         ttl_ms: 1_000,
         wait_ms: 0,
+        ..Default::default()
     };
     let long_name = "n".repeat(257);
     let bad_acquires = [
@@ -614,6 +615,7 @@ async fn every_bad_input_is_invalid_argument_naming_the_field(server: &Leased) {
         holder: "h".repeat(256),
         ttl_ms: 10,
         wait_ms: 0,
+        ..Default::default()
     };
     let messages = acquire_all(&mut client, &edge.name, &edge.holder, edge.ttl_ms, 0)
         .await

@@ -219,6 +219,7 @@ fn acquire_request(name: &str) -> AcquireRequest {
         holder: "h".into(),
         ttl_ms: 10_000,
         wait_ms: 0,
+        ..Default::default()
     }
 }
 
