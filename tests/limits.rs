@@ -43,8 +43,8 @@ use leased::{
     lease::{
         Limits,
         limits::{
-            MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES, is_control_or_bidi,
-            parse_lease_id, parse_name,
+            AcquireFields, MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES,
+            is_control_or_bidi, parse_lease_id, parse_name,
         },
     },
     proto::{
@@ -615,6 +615,7 @@ fn validation_accepts_exactly_the_documented_inputs() {
     let limits = Limits {
         max_ttl: Duration::from_secs(3_600),
         max_wait: Duration::from_secs(60),
+        max_limit: 50,
     };
     let request = (
         valid_name(),
@@ -638,37 +639,66 @@ fn validation_accepts_exactly_the_documented_inputs() {
             Just(60_000),
             Just(60_001)
         ],
+        prop_oneof![any::<u32>(), 0u32..60, Just(50), Just(51)],
+        prop_oneof![
+            any::<i64>(),
+            -20i64..60_020,
+            Just(0),
+            Just(60_000),
+            Just(60_001)
+        ],
     );
     runner
-        .run(&request, |(name, holder, ttl_ms, wait_ms)| {
-            let holder_ok =
-                holder.len() <= MAX_HOLDER_BYTES && !holder.chars().any(is_control_or_bidi);
-            let ttl_ok = (10..=3_600_000).contains(&ttl_ms);
-            let wait_ok = (0..=60_000).contains(&wait_ms);
-            let answer = limits.validate_acquire(&name, holder.clone(), ttl_ms, wait_ms);
-            match answer {
-                Ok(request) => {
-                    prop_assert!(holder_ok && ttl_ok && wait_ok);
-                    prop_assert_eq!(request.name.as_str(), name.as_str());
-                    prop_assert_eq!(request.holder, holder);
-                    prop_assert_eq!(request.ttl.as_millis() as i64, ttl_ms);
-                    prop_assert_eq!(request.wait.as_millis() as i64, wait_ms);
+        .run(
+            &request,
+            |(name, holder, ttl_ms, wait_ms, limit, lock_delay_ms)| {
+                let holder_ok =
+                    holder.len() <= MAX_HOLDER_BYTES && !holder.chars().any(is_control_or_bidi);
+                let ttl_ok = (10..=3_600_000).contains(&ttl_ms);
+                let wait_ok = (0..=60_000).contains(&wait_ms);
+                let limit_ok = limit <= 50;
+                let lock_delay_ok = (0..=60_000).contains(&lock_delay_ms);
+                let all_ok = holder_ok && ttl_ok && wait_ok && limit_ok && lock_delay_ok;
+                let answer = limits.validate_acquire(AcquireFields {
+                    name: &name,
+                    holder: holder.clone(),
+                    ttl_ms,
+                    wait_ms,
+                    limit,
+                    lock_delay_ms,
+                });
+                match answer {
+                    Ok(request) => {
+                        prop_assert!(all_ok);
+                        prop_assert_eq!(request.name.as_str(), name.as_str());
+                        prop_assert_eq!(request.holder, holder);
+                        prop_assert_eq!(request.ttl.as_millis() as i64, ttl_ms);
+                        prop_assert_eq!(request.wait.as_millis() as i64, wait_ms);
+                        // 0 and 1 both mean an exclusive lease.
+                        prop_assert_eq!(request.limit, limit.max(1));
+                        prop_assert_eq!(request.lock_delay.as_millis() as i64, lock_delay_ms);
+                    }
+                    Err(error) => {
+                        // Fields are checked in order: the first bad one is named.
+                        let first_bad = [
+                            (holder_ok, "invalid holder"),
+                            (ttl_ok, "invalid ttl_ms"),
+                            (wait_ok, "invalid wait_ms"),
+                            (limit_ok, "invalid limit"),
+                            (lock_delay_ok, "invalid lock_delay_ms"),
+                        ]
+                        .into_iter()
+                        .find_map(|(ok, message)| (!ok).then_some(message));
+                        prop_assert!(!all_ok);
+                        let first_bad = first_bad.unwrap();
+                        prop_assert!(error.to_string().starts_with(first_bad), "{}", error);
+                    }
                 }
-                Err(error) => {
-                    // Fields are checked in order: the first bad one is named.
-                    let first_bad = match (holder_ok, ttl_ok) {
-                        (false, _) => "invalid holder",
-                        (true, false) => "invalid ttl_ms",
-                        (true, true) => "invalid wait_ms",
-                    };
-                    prop_assert!(!(holder_ok && ttl_ok && wait_ok));
-                    prop_assert!(error.to_string().starts_with(first_bad), "{}", error);
-                }
-            }
-            let renew = limits.renew_ttl(ttl_ms);
-            prop_assert_eq!(renew.is_ok(), ttl_ms == 0 || ttl_ok);
-            Ok(())
-        })
+                let renew = limits.renew_ttl(ttl_ms);
+                prop_assert_eq!(renew.is_ok(), ttl_ms == 0 || ttl_ok);
+                Ok(())
+            },
+        )
         .unwrap();
 
     runner
@@ -813,6 +843,111 @@ fn arbitrary_requests_round_trip_or_are_refused_naming_the_field() {
             .unwrap();
         drop(client);
         drop(server);
+    }
+}
+
+/// `limit` above `--max-limit` (default 10,000) and `lock_delay_ms` outside 0 to 60,000 are
+/// INVALID_ARGUMENT naming the field, waiting or not, on both stores, and take nothing; the
+/// bounds themselves are accepted (limit 0, 1 and 10,000; lock-delay 0 and 60,000); a lower
+/// `--max-limit` moves the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_and_lock_delay_out_of_range_are_invalid_argument() {
+    let redis = RedisServer::start();
+    for url in [None, Some(redis.url())] {
+        let store = if url.is_some() { "redis" } else { "memory" };
+        let server = Leased::start(url.clone()).await;
+        let mut client = server.client().await;
+        let base = AcquireRequest {
+            name: "bounds".into(),
+            holder: "h".into(),
+            ttl_ms: 5_000,
+            wait_ms: 0,
+            ..Default::default()
+        };
+        let bad = [
+            ("limit", 10_001, 0, 0),
+            ("limit", u32::MAX, 0, 0),
+            ("limit", 10_001, 0, 5_000),
+            ("lock_delay_ms", 0, -1, 0),
+            ("lock_delay_ms", 0, 60_001, 0),
+            ("lock_delay_ms", 3, i64::MIN, 0),
+            ("lock_delay_ms", 3, i64::MAX, 0),
+            ("lock_delay_ms", 0, -1, 5_000),
+        ];
+        for (field, limit, lock_delay_ms, wait_ms) in bad {
+            let request = AcquireRequest {
+                limit,
+                lock_delay_ms,
+                wait_ms,
+                ..base.clone()
+            };
+            let status = acquire_refusal(&mut client, request.clone()).await;
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "{store}: {request:?}: {status:?}"
+            );
+            assert!(
+                status.message().contains(field),
+                "{store}: {request:?}: the message does not name {field}: {:?}",
+                status.message()
+            );
+        }
+        let described = describe(&mut client, "bounds").await;
+        assert!(!described.held, "{store}: a refused request took the name");
+
+        let good = [
+            ("bounds/limit-0", 0, 0, 1),
+            ("bounds/limit-1", 1, 0, 1),
+            ("bounds/limit-max", 10_000, 0, 10_000),
+            ("bounds/delay-0", 0, 0, 1),
+            ("bounds/delay-max", 0, 60_000, 1),
+            ("bounds/both-max", 10_000, 60_000, 10_000),
+        ];
+        for (name, limit, lock_delay_ms, in_force) in good {
+            let request = AcquireRequest {
+                name: name.into(),
+                limit,
+                lock_delay_ms,
+                ..base.clone()
+            };
+            let granted = must_acquire_request(&mut client, request).await;
+            let described = describe(&mut client, name).await;
+            assert_eq!(described.limit, in_force, "{store} {name}: {described:?}");
+            assert!(release(&mut client, &granted).await, "{store} {name}");
+            assert!(
+                !describe(&mut client, name).await.held,
+                "{store} {name}: a release left a lock-delay"
+            );
+        }
+        drop(client);
+        drop(server);
+
+        let server = Leased::start_with(leased::config::ServeConfig {
+            max_limit: 5,
+            ..test_config(url)
+        })
+        .await;
+        let mut client = server.client().await;
+        let status = acquire_refusal(
+            &mut client,
+            AcquireRequest {
+                limit: 6,
+                ..base.clone()
+            },
+        )
+        .await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{store}: {status:?}");
+        assert!(status.message().contains("limit"), "{store}: {status:?}");
+        let granted = must_acquire_request(
+            &mut client,
+            AcquireRequest {
+                limit: 5,
+                ..base.clone()
+            },
+        )
+        .await;
+        assert!(release(&mut client, &granted).await);
     }
 }
 
@@ -1296,6 +1431,7 @@ async fn waiters_past_the_limit_are_resource_exhausted() {
                     holder: "waiter".into(),
                     ttl_ms: 5_000,
                     wait_ms: 60_000,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();
@@ -1762,6 +1898,7 @@ async fn five_thousand_renew_streams_and_500_waiters_stay_bounded_and_drain() {
                         holder: format!("waiter-{index}"),
                         ttl_ms: 5_000,
                         wait_ms: 300_000,
+                        ..Default::default()
                     })
                     .await
                     .unwrap()

@@ -38,6 +38,7 @@ pub async fn acquire_all(
             holder: holder.into(),
             ttl_ms,
             wait_ms,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -64,6 +65,7 @@ pub async fn start_waiting(
             holder: holder.into(),
             ttl_ms: 30_000,
             wait_ms,
+            ..Default::default()
         })
         .await
         .expect("Acquire failed")
@@ -89,6 +91,7 @@ pub async fn try_start_waiting(
             holder: holder.into(),
             ttl_ms: 30_000,
             wait_ms,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -357,4 +360,103 @@ impl FencedResource {
         *entry = token;
         true
     }
+}
+
+/// Every message of one `Acquire` call for `request` (any field set: `limit`, `lock_delay_ms`).
+pub async fn acquire_request_all(
+    client: &mut LeaseServiceClient<Channel>,
+    request: AcquireRequest,
+) -> Result<Vec<acquire_response::Result>, tonic::Status> {
+    let mut stream = client.acquire(request).await?.into_inner();
+    let mut messages = Vec::new();
+    while let Some(message) = stream.next().await {
+        let AcquireResponse { result } = message?;
+        messages.push(result.expect("AcquireResponse without a result"));
+    }
+    Ok(messages)
+}
+
+/// The terminal message of an Acquire for `request`; panics if the call fails, the stream ends
+/// without one, or anything but `waiting` precedes it.
+pub async fn acquire_request_terminal(
+    client: &mut LeaseServiceClient<Channel>,
+    request: AcquireRequest,
+) -> acquire_response::Result {
+    let described = format!("{request:?}");
+    let mut messages = acquire_request_all(client, request)
+        .await
+        .unwrap_or_else(|status| panic!("Acquire {described} failed: {status:?}"));
+    let terminal = messages
+        .pop()
+        .unwrap_or_else(|| panic!("Acquire {described}: the stream ended without a message"));
+    assert!(
+        messages
+            .iter()
+            .all(|m| matches!(m, acquire_response::Result::Waiting(_))),
+        "Acquire {described}: only waiting may precede the terminal message: {messages:?}"
+    );
+    assert!(
+        !matches!(terminal, acquire_response::Result::Waiting(_)),
+        "Acquire {described}: the stream ended on waiting"
+    );
+    terminal
+}
+
+/// An Acquire for `request` that must be granted.
+pub async fn must_acquire_request(
+    client: &mut LeaseServiceClient<Channel>,
+    request: AcquireRequest,
+) -> Granted {
+    let described = format!("{request:?}");
+    match acquire_request_terminal(client, request).await {
+        acquire_response::Result::Granted(granted) => granted,
+        other => panic!("Acquire {described}: expected granted, got {other:?}"),
+    }
+}
+
+/// [`start_waiting`] for any request: starts the Acquire and returns once the server reports
+/// that it waits. Panics if the first message is anything else.
+pub async fn start_waiting_request(
+    client: &mut LeaseServiceClient<Channel>,
+    request: AcquireRequest,
+) -> (tonic::Streaming<AcquireResponse>, Waiting) {
+    let described = format!("{request:?}");
+    let mut stream = client
+        .acquire(request)
+        .await
+        .unwrap_or_else(|status| panic!("Acquire {described} failed: {status:?}"))
+        .into_inner();
+    match next_result(&mut stream).await {
+        acquire_response::Result::Waiting(waiting) => (stream, waiting),
+        other => panic!("Acquire {described}: expected waiting first, got {other:?}"),
+    }
+}
+
+/// The status an Acquire for `request` is refused with, whether it comes as the call's status
+/// or as the stream's first item. Panics if the request is served instead.
+pub async fn acquire_refusal(
+    client: &mut LeaseServiceClient<Channel>,
+    request: AcquireRequest,
+) -> tonic::Status {
+    let described = format!("{request:?}");
+    match client.acquire(request).await {
+        Err(status) => status,
+        Ok(response) => match response.into_inner().next().await {
+            Some(Err(status)) => status,
+            other => panic!("Acquire {described} was served: {other:?}"),
+        },
+    }
+}
+
+/// Unix milliseconds of a protobuf timestamp.
+pub fn timestamp_ms(timestamp: &prost_types::Timestamp) -> i64 {
+    timestamp.seconds * 1_000 + i64::from(timestamp.nanos) / 1_000_000
+}
+
+/// Unix milliseconds now, on this host's clock (the store's clock, when the store runs here).
+pub fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_millis() as i64
 }
