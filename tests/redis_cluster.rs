@@ -13,7 +13,7 @@ use common::{
     },
     *,
 };
-use leased::proto::acquire_response;
+use leased::proto::{AcquireRequest, acquire_response};
 
 /// Grants, renewals, releases and increasing tokens for names spread over every node, and a
 /// waiter on one replica woken by a release through another, on a three-master cluster.
@@ -54,6 +54,59 @@ async fn leases_work_on_a_redis_cluster() {
         "woken by the release, not by the 30 s expiry: {:?}",
         released_at.elapsed()
     );
+}
+
+/// Counting leases with a lock-delay on a cluster: for 12 names spread over the masters, three permits are
+/// granted with increasing tokens, a fourth caller waits and is granted the permit a release
+/// frees (woken across replicas), Describe lists every holder, and the permits' keys share the
+/// name's slot (a cross-slot script would fail with CROSSSLOT).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counting_leases_work_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let replica_a = Leased::start(Some(cluster.url())).await;
+    let replica_b = Leased::start(Some(cluster.url())).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+    let request = |name: &str, holder: &str, wait_ms: i64| AcquireRequest {
+        name: name.into(),
+        holder: holder.into(),
+        ttl_ms: 30_000,
+        wait_ms,
+        limit: 3,
+        lock_delay_ms: 1_000,
+    };
+
+    for index in 0..12 {
+        let name = format!("cluster/pool-{index}");
+        let mut permits = Vec::new();
+        for holder in ["p0", "p1", "p2"] {
+            permits.push(must_acquire_request(&mut client_a, request(&name, holder, 0)).await);
+        }
+        assert!(
+            permits
+                .windows(2)
+                .all(|pair| pair[0].fencing_token < pair[1].fencing_token)
+        );
+        let (mut waiter, waiting) =
+            start_waiting_request(&mut client_b, request(&name, "w", 20_000)).await;
+        assert_eq!((waiting.position, waiting.held, waiting.limit), (1, 3, 3));
+        let described = describe(&mut client_b, &name).await;
+        assert_eq!(described.limit, 3);
+        assert_eq!(described.holders.len(), 3);
+        assert_eq!(described.waiters, 1);
+
+        assert!(release(&mut client_a, &permits[1]).await);
+        match next_result(&mut waiter).await {
+            acquire_response::Result::Granted(granted) => {
+                assert!(granted.fencing_token > permits[2].fencing_token);
+                assert!(release(&mut client_b, &granted).await);
+            }
+            other => panic!("{name}: expected granted, got {other:?}"),
+        }
+        assert!(release(&mut client_a, &permits[0]).await);
+        assert!(release(&mut client_a, &permits[2]).await);
+        assert!(!describe(&mut client_a, &name).await.held);
+    }
 }
 
 /// For each master, a lease name whose slot it serves: `(the master's port, name)`. Slots come
