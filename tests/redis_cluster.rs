@@ -56,10 +56,10 @@ async fn leases_work_on_a_redis_cluster() {
     );
 }
 
-/// Counting leases with a lock-delay on a cluster: for 12 names spread over the masters, three permits are
-/// granted with increasing tokens, a fourth caller waits and is granted the permit a release
-/// frees (woken across replicas), Describe lists every holder, and the permits' keys share the
-/// name's slot (a cross-slot script would fail with CROSSSLOT).
+/// Counting leases with a lock-delay on a cluster: for 12 names spread over the masters, three
+/// permits are granted with increasing tokens, a fourth caller waits and is granted the permit a
+/// release frees (woken across replicas), Describe lists every holder, and the permits' keys
+/// share the name's slot (a cross-slot script would fail with CROSSSLOT).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counting_leases_work_on_a_redis_cluster() {
     let cluster = RedisCluster::start();
