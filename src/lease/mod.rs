@@ -86,7 +86,8 @@ pub struct Grant {
     pub expires_at_ms: i64,
 }
 
-/// Who holds a lease (one permit of a counting lease) now, as anyone may see it (never the lease id).
+/// Who holds a lease (one permit of a counting lease) now, as anyone may see it (never the
+/// lease id).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderInfo {
     pub holder: String,
@@ -127,20 +128,21 @@ impl Occupancy {
         Occupancy::default()
     }
 
-    /// One holder of an exclusive lease.
-    pub fn exclusive(holder: HolderInfo) -> Self {
-        Occupancy {
-            holder: Some(holder),
-            held: 1,
-            limit: 1,
-        }
-    }
-
     /// How many permits are free for a caller asking for `limit`: those the first callers in
     /// line may take. With none taken, the caller's own limit is the bound.
     pub fn free_permits(&self, limit: u32) -> u32 {
         match self.held {
             0 => limit,
+            held => self.limit.saturating_sub(held),
+        }
+    }
+
+    /// How many of the first callers in line the free permits go to, as the store wakes them.
+    /// With none taken, the first in line sets the limit with its grant: it alone is woken, and
+    /// its grant wakes the next ones.
+    pub fn free_for_queue(&self) -> u32 {
+        match self.held {
+            0 => 1,
             held => self.limit.saturating_sub(held),
         }
     }
@@ -228,8 +230,9 @@ impl LeaseGone {
 ///
 /// Waiting callers queue in the store, first come, first served across every replica: an attempt
 /// with a queue `entry` joins the name's queue if it cannot be granted, and while anyone is queued
-/// only the first in line is granted. The store tells this replica's [`Waiters`] when an entry
-/// here is first in line and the lease is free (`wake`), and when positions moved (`moved`).
+/// the k free permits (1, for an exclusive lease that is free) go only to the first k in line. The
+/// store tells this replica's [`Waiters`] when a free permit goes to an entry here (`wake`), and
+/// when positions or holders changed (`moved`).
 pub trait LeaseStore: Send + Sync + 'static {
     /// Grants `request.name` to `lease_id` if a permit is free for it (the lease is free, for an
     /// exclusive lease) and nobody is ahead in the queue to take it, or answers who holds it.

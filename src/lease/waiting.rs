@@ -307,11 +307,7 @@ fn place<S: LeaseStore>(store: &S, name: &LeaseName, entries: Vec<String>, statu
         occupancy,
         positions,
     } = status;
-    // With no permit taken, the limit is the first caller's to set: wake that one only.
-    let free = match occupancy.held {
-        0 => 1,
-        held => occupancy.limit.saturating_sub(held),
-    };
+    let free = occupancy.free_for_queue();
     let mut to_wake = Vec::new();
     let placements = entries
         .into_iter()

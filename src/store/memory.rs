@@ -259,15 +259,6 @@ impl State {
     }
 }
 
-/// Permits free for the callers in line: with none taken, the first in line sets the limit, so
-/// only it is woken.
-fn free_for_queue(occupancy: &Occupancy) -> u32 {
-    match occupancy.held {
-        0 => 1,
-        held => occupancy.limit.saturating_sub(held),
-    }
-}
-
 async fn sweep_expired(store: Weak<MemoryStore>) {
     let mut interval = tokio::time::interval(SWEEP_INTERVAL);
     loop {
@@ -382,15 +373,13 @@ impl LeaseStore for MemoryStore {
             if permits.taken.len() == before {
                 return Ok(false);
             }
-            let occupancy = permits.occupancy(now);
-            if occupancy.held == 0 {
+            let held = permits.taken(now).count() as u32;
+            // The permits free now go to the first `free` callers in line; the one freed here
+            // goes to the last of them, the others were woken when theirs freed.
+            let free = permits.limit.saturating_sub(held);
+            if held == 0 {
                 state.leases.remove(name.as_str());
             }
-            // The permit freed goes to the caller in line it makes eligible: exactly one.
-            let free = match occupancy.held {
-                0 => 1,
-                held => occupancy.limit.saturating_sub(held),
-            };
             WakeUps {
                 wake: state
                     .first_in_line(name, free)
@@ -430,7 +419,7 @@ impl LeaseStore for MemoryStore {
             if !state.remove_entries(name, entries) {
                 return Ok(());
             }
-            let free = free_for_queue(&state.occupancy(name, now));
+            let free = state.occupancy(name, now).free_for_queue();
             let wake = state.first_in_line(name, free);
             WakeUps {
                 moved: state.queues.contains_key(name.as_str()),
