@@ -1,7 +1,9 @@
 //! Reliability under faults: clients contend for a few names through several real `leased`
 //! processes on one Redis while the test injects faults, and the checker (`reliability/checker.rs`)
 //! proves from the record that no lease was double-granted, no token went backwards, and (away
-//! from faults) no waiter was overtaken by a caller that asked after it was queued.
+//! from faults) no waiter was overtaken by a caller that asked after it was queued. Every run
+//! also has counting names (counting leases of limit 3, with their own clients), checked through
+//! the same faults: never more than 3 holders at once, and the same token and FIFO rules.
 //!
 //! CI runs a bounded schedule of every fault once. The long runs are `#[ignore]`d:
 //!
@@ -17,7 +19,7 @@ mod common;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use checker::{Checker, Report, Workload};
+use checker::{Checker, Counting, GcPauses, Report, Workload, until};
 use common::{
     harness::redis::{Resp, query},
     proxy::{Fault, FaultProxy},
@@ -55,10 +57,19 @@ fn long_run_seconds() -> u64 {
         .unwrap_or(600)
 }
 
+/// The limit of the counting names.
+const COUNTING_LIMIT: u32 = 3;
+
 fn ci_workload() -> Workload {
     Workload {
         clients: 16,
         names: 4,
+        // Six clients per counting name: more than its 3 permits, so that callers wait.
+        counting: Counting {
+            clients: 12,
+            names: 2,
+            limit: COUNTING_LIMIT,
+        },
         ttl_ms: (300, 1_200),
         max_hold_ms: 800,
         max_wait_ms: 2_000,
@@ -71,15 +82,21 @@ fn ci_workload() -> Workload {
 /// The clients and the GC-pause holder of one run.
 struct Clients {
     tasks: Vec<JoinHandle<()>>,
-    gc_pauses: Option<JoinHandle<usize>>,
+    gc_pauses: Option<JoinHandle<GcPauses>>,
 }
 
 fn start_clients(checker: &Arc<Checker>, endpoints: &[String]) -> Clients {
+    let workload = &checker.workload;
     println!(
-        "seed {} ({} clients, {} names)",
-        checker.workload.seed, checker.workload.clients, checker.workload.names
+        "seed {} ({} clients, {} names; {} clients, {} counting names of limit {})",
+        workload.seed,
+        workload.clients,
+        workload.names,
+        workload.counting.clients,
+        workload.counting.names,
+        workload.counting.limit
     );
-    let tasks = (0..checker.workload.clients)
+    let tasks = (0..checker.workload.all_clients())
         .map(|index| {
             tokio::spawn(checker::run_client(
                 checker.clone(),
@@ -97,22 +114,15 @@ fn start_clients(checker: &Arc<Checker>, endpoints: &[String]) -> Clients {
 
 impl Clients {
     /// Stops the clients and returns how many GC pauses completed.
-    async fn stop(self, checker: &Checker) -> usize {
+    async fn stop(self, checker: &Checker) -> GcPauses {
         checker.stop();
         for task in self.tasks {
             task.await.expect("a client panicked");
         }
         match self.gc_pauses {
             Some(task) => task.await.expect("the GC-pause holder panicked"),
-            None => 0,
+            None => GcPauses::default(),
         }
-    }
-}
-
-/// Sleeps until `at` on the checker's clock.
-async fn until(checker: &Checker, at: Duration) {
-    if let Some(wait) = at.checked_sub(checker.now()) {
-        tokio::time::sleep(wait).await;
     }
 }
 
@@ -358,7 +368,8 @@ fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> usize {
     on_victim.len()
 }
 
-/// The CI run: 16 clients, 4 names, 3 replicas, every standalone fault once (about 40 s).
+/// The CI run: 16 clients on 4 names and 12 clients on 2 counting names of limit 3, 3 replicas,
+/// every standalone fault once (about 40 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_faults() {
     let _serial = one_at_a_time().await;
@@ -378,7 +389,7 @@ async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_
 
     let report = checker.verify();
     report.print("standalone Redis, network, replica faults");
-    assert_report(&report, gc_pauses, 1);
+    assert_report(&report, &checker.workload, gc_pauses, 1);
 }
 
 /// Long run (ignored): every standalone fault, over and over, for `LEASED_CHECKER_SECONDS`, with
@@ -392,6 +403,11 @@ async fn long_run_standalone_faults() {
         Workload {
             clients: 32,
             names: 6,
+            counting: Counting {
+                clients: 18,
+                names: 3,
+                limit: COUNTING_LIMIT,
+            },
             ..ci_workload()
         },
         "long-standalone",
@@ -418,7 +434,7 @@ async fn long_run_standalone_faults() {
 
     let report = checker.verify();
     report.print("long run, standalone faults");
-    assert_report(&report, gc_pauses, 1);
+    assert_report(&report, &checker.workload, gc_pauses, 1);
 }
 
 /// Sentinel failover: replication is cut (the replica misses writes), then the master is killed;
@@ -445,7 +461,7 @@ async fn no_backwards_token_across_a_sentinel_failover() {
     let killed_at = checker.now();
     println!(
         "names whose fence counter on the replica is below a token already granted: {behind} of {}",
-        checker.names.len()
+        checker.workload.names
     );
     checker.fault("replication_cut_then_master_sigkill", loss_start, true);
     let took = sentinels.wait_for_master(sentinels.other_port(old_master), Duration::from_secs(30));
@@ -497,7 +513,7 @@ async fn no_backwards_token_across_a_sentinel_failover() {
     );
     assert!(behind > 0, "no fence counter was behind on the replica");
     assert!(after > 0, "nothing was granted after the failover");
-    assert_report(&report, gc_pauses, 0);
+    assert_report(&report, &checker.workload, gc_pauses, 0);
 }
 
 /// Long run (ignored): a Sentinel failover every ~25 s for `LEASED_CHECKER_SECONDS`; the killed
@@ -543,7 +559,7 @@ async fn long_run_repeated_sentinel_failovers() {
     let gc_pauses = clients.stop(&checker).await;
     let report = checker.verify();
     report.print(&format!("long run, {failovers} Sentinel failovers"));
-    assert_report(&report, gc_pauses, 0);
+    assert_report(&report, &checker.workload, gc_pauses, 0);
 }
 
 /// After a failover to a replica that missed the grant of `before` (60 s TTL), the lease is granted
@@ -620,7 +636,8 @@ fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usi
     let master = sentinels.reported_master_port().expect("a master");
     let replica = sentinels.other_port(master);
     let events = checker.events();
-    (0..checker.names.len())
+    // The exclusive names (a counting name's keys are laid out differently).
+    (0..checker.workload.names)
         .filter(|name| {
             let granted = events
                 .iter()
@@ -640,9 +657,34 @@ fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usi
         .count()
 }
 
-fn assert_report(report: &Report, gc_pauses: usize, min_gc_pauses: usize) {
-    println!("GC pauses completed: {gc_pauses}");
+/// `min_gc_pauses` of each kind (on exclusive and on counting names) must have completed.
+fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_gc_pauses: usize) {
+    println!(
+        "GC pauses completed: {} on exclusive names, {} on counting names",
+        gc_pauses.exclusive, gc_pauses.counting
+    );
     assert!(report.grants >= 50, "too few grants to prove anything");
+    if workload.counting.clients > 0 {
+        let limit = workload.counting.limit as usize;
+        assert!(
+            report.counting_grants >= 50,
+            "too few grants of counting names to prove anything"
+        );
+        assert!(
+            report.max_holders_counting >= limit,
+            "the views of {limit} holders of a counting name never overlapped (at most {}): the \
+             limit was never reached, so the check proves nothing",
+            report.max_holders_counting
+        );
+        assert!(
+            report.max_reported_held >= workload.counting.limit,
+            "no waiter of a counting name was told that every permit was taken"
+        );
+        assert!(
+            gc_pauses.counting >= min_gc_pauses,
+            "the GC-pause scenario never completed on a counting name"
+        );
+    }
     assert!(
         report.fifo_pairs_checked > 0,
         "no waiter's place in line was checked: the FIFO check proves nothing"
@@ -658,11 +700,11 @@ fn assert_report(report: &Report, gc_pauses: usize, min_gc_pauses: usize) {
             .map_or("", String::as_str)
     );
     assert!(
-        gc_pauses >= min_gc_pauses,
+        gc_pauses.exclusive >= min_gc_pauses,
         "the GC-pause scenario never completed"
     );
     assert!(
-        report.stale_writes_rejected >= gc_pauses,
+        report.stale_writes_rejected >= gc_pauses.exclusive,
         "every GC-paused holder's stale write was rejected"
     );
     assert!(
@@ -903,4 +945,174 @@ fn checker_flags_seeded_overtakes() {
     assert_eq!(report.waiters, 4);
     assert_eq!(report.waiters_unchecked, 1);
     assert_eq!(report.fifo_pairs_checked, 3);
+}
+
+/// Counting names: four holders' views overlapping on a name of limit 3, a wrong `held` or
+/// `limit` in `waiting`/`not_granted` and a FAILED_PRECONDITION are flagged; three holders at
+/// once are not.
+#[test]
+fn checker_flags_seeded_counting_violations() {
+    use checker::Event;
+    let ms = Duration::from_millis;
+    // Name 0 is exclusive, name 1 a counting lease of limit 3.
+    let workload = Workload {
+        clients: 0,
+        names: 1,
+        counting: Counting {
+            clients: 0,
+            names: 1,
+            limit: 3,
+        },
+        gc_pauses: false,
+        ..ci_workload()
+    };
+    let granted = |lease, name, token, sent, received| Event::Granted {
+        lease,
+        client: lease,
+        replica: 0,
+        name,
+        token,
+        ttl: ms(500),
+        sent: ms(sent),
+        received: ms(received),
+    };
+    let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
+    let occupancy = |name, held, limit| Event::Occupancy { name, held, limit };
+    // Three permits held at once, then a fourth holder once they were released.
+    let three_at_once = [
+        granted(0, 1, 100, 0, 5),
+        granted(1, 1, 101, 10, 15),
+        granted(2, 1, 102, 20, 25),
+        released(0, 400),
+        released(1, 400),
+        released(2, 400),
+        granted(3, 1, 200, 390, 405),
+        released(3, 600),
+        occupancy(1, 3, 3),
+        occupancy(1, 0, 0),
+        occupancy(0, 1, 1),
+    ];
+
+    let clean = Checker::new(workload.clone(), "counting-clean");
+    for event in three_at_once.clone() {
+        clean.record(event);
+    }
+    let report = clean.verify();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.counting_grants, 4);
+    assert_eq!(report.max_holders_counting, 3);
+    assert_eq!(report.max_reported_held, 3);
+
+    let broken = Checker::new(workload, "counting-broken");
+    for event in three_at_once.into_iter().chain([
+        // A fourth holder while the three hold it.
+        granted(4, 1, 150, 30, 35),
+        released(4, 300),
+        // Four held of limit 3; a limit that nobody asked for; an exclusive name said to have 3.
+        occupancy(1, 4, 3),
+        occupancy(1, 1, 5),
+        occupancy(0, 1, 3),
+        Event::Failed {
+            rpc: "Acquire",
+            code: tonic::Code::FailedPrecondition,
+        },
+    ]) {
+        broken.record(event);
+    }
+    let report = broken.verify();
+    let found = |what: &str| {
+        report
+            .violations
+            .iter()
+            .filter(|violation| violation.contains(what))
+            .count()
+    };
+    assert_eq!(
+        found("views of 4 holders overlap"),
+        1,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(
+        found("permits held of limit"),
+        3,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(found("FailedPrecondition"), 1, "{:#?}", report.violations);
+    assert_eq!(report.violations.len(), 5, "{:#?}", report.violations);
+    assert_eq!(report.max_holders_counting, 4);
+}
+
+/// FIFO on a counting name: a later caller that took the last free permit while a waiter was in
+/// line overtook it; one that took a second free permit (the waiter could have had the other) is
+/// not checked.
+#[test]
+fn checker_flags_seeded_counting_overtakes() {
+    use checker::{Event, WaitOutcome};
+    let ms = Duration::from_millis;
+    let workload = Workload {
+        clients: 0,
+        names: 1,
+        counting: Counting {
+            clients: 0,
+            names: 1,
+            limit: 3,
+        },
+        gc_pauses: false,
+        ..ci_workload()
+    };
+    let granted = |lease, name, token, sent, received| Event::Granted {
+        lease,
+        client: lease,
+        replica: 0,
+        name,
+        token,
+        ttl: ms(2_000),
+        sent: ms(sent),
+        received: ms(received),
+    };
+    let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
+    // Holders 0 and 1 keep two permits until `second_ends`; holder 2 frees the third at 100.
+    // X (lease 3) waits from 50 and is granted at 300, after Y (lease 4), which asked at 60 and
+    // was granted at 110 with a smaller token.
+    let run = |prefix: &str, second_ends: u64| {
+        let checker = Checker::new(workload.clone(), prefix);
+        for event in [
+            granted(0, 1, 100, 0, 5),
+            granted(1, 1, 101, 0, 5),
+            granted(2, 1, 102, 2, 6),
+            released(2, 100),
+            released(1, second_ends),
+            released(0, 1_000),
+            Event::Waited {
+                client: 3,
+                replica: 0,
+                name: 1,
+                sent: ms(50),
+                wait: ms(2_000),
+                queued: ms(55),
+                position: 1,
+                ended: ms(300),
+                outcome: WaitOutcome::Granted(104),
+            },
+            granted(3, 1, 104, 50, 300),
+            released(3, 400),
+            granted(4, 1, 103, 60, 110),
+            released(4, 200),
+        ] {
+            checker.record(event);
+        }
+        checker.verify()
+    };
+
+    let overtaken = run("counting-overtaken", 1_000);
+    assert_eq!(overtaken.overtakes, 1, "{:#?}", overtaken.violations);
+    assert_eq!(overtaken.counting_fifo_pairs_checked, 1);
+    assert_eq!(overtaken.violations.len(), 1, "{:#?}", overtaken.violations);
+
+    // Holder 1 released at 80: two permits were free when Y was granted.
+    let two_free = run("counting-two-free", 80);
+    assert!(two_free.violations.is_empty(), "{:#?}", two_free.violations);
+    assert_eq!(two_free.counting_fifo_pairs_checked, 0);
 }

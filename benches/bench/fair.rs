@@ -78,6 +78,7 @@ impl Worker for FairCaller {
             holder: "bench".to_owned(),
             ttl_ms: TTL_MS,
             wait_ms: WAIT_MS,
+            ..Default::default()
         };
         let mut stream = self.client.acquire(request).await?.into_inner();
         let mut waited = false;
@@ -231,6 +232,7 @@ async fn queue_memory_of(
                 holder: "bench".to_owned(),
                 ttl_ms: QUEUED_MS,
                 wait_ms: QUEUED_MS,
+                ..Default::default()
             };
             let mut stream = client.acquire(request).await?.into_inner();
             let first = stream

@@ -115,6 +115,7 @@ impl Contender for LeasedContender {
             holder: "bench".to_owned(),
             ttl_ms: CYCLE_TTL_MS,
             wait_ms: QUEUE_TIMEOUT.as_millis() as i64 * 2,
+            ..Default::default()
         };
         let mut stream = self.client.acquire(request).await?.into_inner();
         let mut queued = false;

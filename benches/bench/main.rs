@@ -7,12 +7,13 @@
 //! - [`harness`]: the processes (shared with the integration tests, `tests/harness/`).
 //! - [`procs`]: the bench's side of them: CPU metering, `target/bench/`, `--leased-bin`.
 //! - [`measure`]: closed-loop workers, latency quantiles, result rows.
-//! - [`workload`]: the store's scripts called directly, and cycles and renewals over gRPC.
+//! - [`workload`]: the store's scripts called directly, and cycles (of exclusive leases and of
+//!   permits of counting leases) and renewals over gRPC.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
 //! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
 //!   waiter costs in Redis.
 //! - [`scale`]: 100,000 held leases; the server's memory per open Renew stream and per lease a
-//!   stream holds.
+//!   stream holds; Redis memory per held permit of a counting lease.
 //! - [`hostile`]: what a connection costs the server, and a flood of 25,000 idle connections.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 
@@ -43,7 +44,7 @@ use crate::{
     etcd::{EtcdContender, EtcdCycle},
     handoff::LeasedContender,
     harness::{leased::LeasedProcess, redis::RedisServer},
-    measure::{Budget, Metered, Row, closed_loop},
+    measure::{Budget, Metered, Row, Samples, closed_loop},
     workload::{DirectCycle, DirectRenew},
 };
 
@@ -52,6 +53,10 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Concurrency levels of the cycle scenarios.
 const CONCURRENCY: [usize; 3] = [1, 16, 64];
+
+/// Callers, and permits per name (the counting lease's limit), of `semaphore_cycle`.
+const SEMAPHORE_CONCURRENCY: usize = 64;
+const SEMAPHORE_LIMIT: u32 = 8;
 
 /// Open Renew streams in `grpc_renew` and `held_scale`.
 const RENEW_STREAMS: usize = 1000;
@@ -187,6 +192,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     }
     scenario!("redis_direct", redis_direct(&run));
     scenario!("grpc_cycle", grpc_cycle(&run));
+    scenario!("semaphore_cycle", semaphore_cycle(&run));
     scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
     scenario!("grpc_renew", grpc_renew(&run));
     scenario!("handoff", handoff(&run));
@@ -195,6 +201,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("redis_py_lock", redis_py_lock(&run));
     scenario!("etcd_lock", etcd_lock(&run));
     scenario!("held_scale", held_scale(&run));
+    scenario!("permit_memory", permit_memory(&run));
     scenario!("renew_stream_memory", renew_stream_memory(&run));
     scenario!(
         "hostile_connections",
@@ -306,6 +313,77 @@ async fn grpc_cycle(run: &Run) -> BenchResult<Vec<Row>> {
         ));
     }
     Ok(rows)
+}
+
+/// `semaphore_cycle@64`: try-once Acquire of a permit of a counting lease of limit 8, then
+/// Release, by 64 callers, 8 on each of 8 names (so every Acquire finds a free permit). Its ratio
+/// to `grpc_cycle@64` is measured on the spot, on the same server: the measuring time is cut
+/// into rounds, exclusive cycles (64 callers, one name each) and semaphore cycles taking turns,
+/// exclusive first and last, so that a drift of the machine's speed (other processes, thermal)
+/// weighs on both alike.
+async fn semaphore_cycle(run: &Run) -> BenchResult<Vec<Row>> {
+    let concurrency = SEMAPHORE_CONCURRENCY;
+    let rounds: u32 = if run.args.quick { 2 } else { 5 };
+    let round_budget = |round: u32| Budget {
+        // Each kind of cycle warms up fully once; later rounds only refill their pipelines.
+        warmup: match round {
+            0 => run.budget.warmup,
+            _ => Duration::from_millis(100),
+        },
+        measure: run.budget.measure / rounds,
+        max_ops_per_worker: run.budget.max_ops_per_worker,
+    };
+    let (mut exclusive, mut counting) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let prefix = format!("bench/semaphore/exclusive-{round}");
+        exclusive.push(
+            workload::measure_grpc_cycles(&run.channels, concurrency, &prefix, round_budget(round))
+                .await?,
+        );
+        if round < rounds {
+            counting.push(
+                workload::measure_semaphore_cycles(
+                    &run.channels,
+                    concurrency,
+                    SEMAPHORE_LIMIT,
+                    "bench/semaphore/counting",
+                    round_budget(round),
+                )
+                .await?,
+            );
+        }
+    }
+    let per_round = |parts: &[Samples]| -> Vec<f64> {
+        parts.iter().map(|part| part.ops_per_s().round()).collect()
+    };
+    let (exclusive_rounds, counting_rounds) = (per_round(&exclusive), per_round(&counting));
+    let (exclusive, samples) = (Samples::merge(exclusive), Samples::merge(counting));
+    let ratio = samples.ops_per_s() / exclusive.ops_per_s();
+    let names = concurrency / SEMAPHORE_LIMIT as usize;
+    let exclusive_cpu = Row::new("", &exclusive, "").extra.remove("cpu_us_per_op");
+    Ok(vec![
+        Row::new(
+            format!("semaphore_cycle@{concurrency}"),
+            &samples,
+            format!(
+                "Acquire (limit {SEMAPHORE_LIMIT}) + Release over gRPC, {SEMAPHORE_LIMIT} callers \
+                 on each of {names} names, Redis store; {ratio:.2} × the {} ops/s of \
+                 grpc_cycle@{concurrency} measured in turns with it; {}",
+                thousands(exclusive.ops_per_s()),
+                run.connections_note()
+            ),
+        )
+        .with("limit", SEMAPHORE_LIMIT)
+        .with("names", names)
+        .with("grpc_cycle_ops_per_s", exclusive.ops_per_s().round())
+        .with("grpc_cycle_ops_per_s_by_round", exclusive_rounds)
+        .with(
+            "grpc_cycle_cpu_us_per_op",
+            exclusive_cpu.unwrap_or_default(),
+        )
+        .with("ops_per_s_by_round", counting_rounds)
+        .with("ratio_to_grpc_cycle", (ratio * 1000.0).round() / 1000.0),
+    ])
 }
 
 async fn grpc_cycle_memory(run: &Run) -> BenchResult<Vec<Row>> {
@@ -481,6 +559,11 @@ async fn held_scale(run: &Run) -> BenchResult<Vec<Row>> {
     scale::held_scale(&scale, &run.redis, &run.server, &run.channels, run.budget).await
 }
 
+async fn permit_memory(run: &Run) -> BenchResult<Vec<Row>> {
+    let sizes = scale::PermitMemory::new(run.args.quick);
+    scale::permit_memory(&sizes, &run.redis, &run.channels).await
+}
+
 async fn renew_stream_memory(run: &Run) -> BenchResult<Vec<Row>> {
     let sizes = scale::RenewMemory::new(run.args.quick);
     scale::renew_stream_memory(&sizes, &run.redis.url(), &run.args.server_log).await
@@ -529,6 +612,25 @@ fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
         "redis_direct_renew@64",
         0.5,
     );
+    // Against the exclusive cycles measured in turns with it, not the `grpc_cycle@64` row.
+    let semaphore = find(rows, "semaphore_cycle@64").and_then(|row| {
+        let exclusive = row.extra.get("grpc_cycle_ops_per_s")?.as_f64()?;
+        Some((row.ops_per_s, exclusive))
+    });
+    let ratio = semaphore.map(|(counting, exclusive)| counting / exclusive);
+    targets.push(Target {
+        name: "semaphore_cycle@64 (limit 8) ≥ 0.75 × grpc_cycle@64",
+        measured: ratio,
+        text: match semaphore {
+            Some((counting, exclusive)) => format!(
+                "{:.2} ({counting:.0} / {exclusive:.0} ops/s, grpc_cycle@64 measured in turns \
+                 with it)",
+                counting / exclusive
+            ),
+            None => "not measured".to_owned(),
+        },
+        met: ratio.map(|ratio| ratio >= 0.75),
+    });
     let handoff = find(rows, "handoff@1");
     for (name, quantile, goal) in [
         ("handoff@1 p50 ≤ 1 ms", handoff.map(|row| row.p50_ms), 1.0),
@@ -581,6 +683,31 @@ fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
         text: per_lease.map_or("not measured".into(), |b| format!("{b:.0} B{scaled}")),
         met: per_lease.map(|bytes| bytes <= 300.0),
     });
+    let permit_ratio = |name| {
+        let row = find(rows, name)?;
+        let ratio = row.extra.get("ratio_to_exclusive")?.as_f64()?;
+        let bytes = row.extra.get("redis_bytes_per_permit")?.as_f64()?;
+        Some((ratio, bytes))
+    };
+    let exclusive_bytes = find(rows, "permit_memory_exclusive")
+        .and_then(|row| row.extra.get("redis_bytes_per_permit")?.as_f64());
+    let (full, one) = (
+        permit_ratio("permit_memory_counting_full"),
+        permit_ratio("permit_memory_counting_one"),
+    );
+    let worst = full.zip(one).map(|(full, one)| full.0.max(one.0));
+    targets.push(Target {
+        name: "Redis memory per held permit (limit 8) ≤ 1.5 × per exclusive lease",
+        measured: worst,
+        text: match (full, one, exclusive_bytes) {
+            (Some(full), Some(one), Some(exclusive)) => format!(
+                "{:.2} with all 8 held ({:.0} B), {:.2} with 1 held ({:.0} B); exclusive {exclusive:.0} B",
+                full.0, full.1, one.0, one.1
+            ),
+            _ => "not measured".to_owned(),
+        },
+        met: worst.map(|ratio| ratio <= 1.5),
+    });
     let rss = held.and_then(|row| row.extra.get("server_rss_bytes")?.as_f64());
     targets.push(Target {
         name: "server RSS ≤ 200 MB with 100,000 held and 1,000 streams",
@@ -602,6 +729,7 @@ fn ratios(rows: &[Row]) -> serde_json::Map<String, Value> {
         ("grpc_cycle@1", "redis_direct@1"),
         ("grpc_renew", "redis_direct_renew@64"),
         ("grpc_cycle_memory@64", "grpc_cycle@64"),
+        ("semaphore_cycle@64", "grpc_cycle@64"),
         ("grpc_cycle@64", "etcd_lock@64"),
         ("grpc_cycle@16", "redis_py_lock@16"),
         ("grpc_cycle@64", "redis_benchmark_setnx@64"),

@@ -116,6 +116,22 @@ fn cpu_spent(
 }
 
 impl Samples {
+    /// Several measurements of the same workload as one: their operations, time and CPU added up.
+    pub fn merge(parts: Vec<Samples>) -> Samples {
+        let mut merged = Samples::default();
+        for part in parts {
+            merged.latencies.extend(part.latencies);
+            merged.elapsed += part.elapsed;
+            for (label, spent) in part.cpu {
+                match merged.cpu.iter_mut().find(|(known, _)| *known == label) {
+                    Some((_, total)) => *total += spent,
+                    None => merged.cpu.push((label, spent)),
+                }
+            }
+        }
+        merged
+    }
+
     pub fn ops_per_s(&self) -> f64 {
         match self.elapsed.as_secs_f64() {
             0.0 => 0.0,

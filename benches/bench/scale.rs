@@ -4,6 +4,9 @@
 //!
 //! `renew_stream_memory`: the server's resident memory per open Renew stream and per lease a
 //! stream holds, and what renewals answering `lost` add (nothing should stay).
+//!
+//! `permit_memory`: Redis memory per held permit of a counting lease, next to that of an
+//! exclusive lease measured the same way.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +22,10 @@ use crate::{
     harness::{leased::LeasedProcess, redis::RedisServer},
     measure::{Budget, Metered, Row, Samples, closed_loop},
     procs::{self, rss_bytes},
-    workload::{RenewStream, acquire_many, measure_grpc_cycles, open_renew_streams, split_among},
+    workload::{
+        RenewStream, acquire_many, acquire_many_permits, measure_grpc_cycles, open_renew_streams,
+        split_among,
+    },
 };
 
 /// TTL of the held leases: they must outlive acquiring all of them and the first renewal pass.
@@ -166,6 +172,154 @@ fn lease_key_bytes(redis: &RedisServer, name: &str) -> BenchResult<serde_json::V
 fn used_memory(redis: &RedisServer) -> BenchResult<i64> {
     let used = redis.info_field("memory", "used_memory");
     Ok(used.ok_or("INFO memory has no used_memory")?.parse()?)
+}
+
+/// Sizes of `permit_memory`.
+pub struct PermitMemory {
+    /// Names in each case (each an exclusive lease, or a counting lease of `limit`).
+    pub names: usize,
+    pub limit: u32,
+    pub quick: bool,
+}
+
+impl PermitMemory {
+    pub fn new(quick: bool) -> Self {
+        PermitMemory {
+            names: if quick { 1_000 } else { 10_000 },
+            limit: 8,
+            quick,
+        }
+    }
+}
+
+/// `permit_memory`: Redis `used_memory` per held permit, each case on an emptied Redis:
+/// - `permit_memory_exclusive`: one exclusive lease per name (the baseline);
+/// - `permit_memory_counting_full`: counting leases of `limit`, every permit held;
+/// - `permit_memory_counting_one`: counting leases of `limit`, one permit held each (the name's
+///   own records are not shared with other permits).
+///
+/// Ops are the Acquire calls that took the permits. Each row has `redis_bytes_per_permit` and
+/// the `MEMORY USAGE` of each key of one name; the counting rows also their ratio to the
+/// exclusive lease's bytes.
+pub async fn permit_memory(
+    sizes: &PermitMemory,
+    redis: &RedisServer,
+    channels: &[Channel],
+) -> BenchResult<Vec<Row>> {
+    let limit = sizes.limit;
+    let exclusive = held_permits(redis, channels, "exclusive", sizes.names, 1, 0).await?;
+    let full = held_permits(redis, channels, "full", sizes.names, limit, limit).await?;
+    let one = held_permits(redis, channels, "one", sizes.names, 1, limit).await?;
+    redis.query(&["FLUSHALL", "SYNC"])?;
+
+    let names = sizes.names;
+    let quick = quick_note(sizes.quick, "10,000 names");
+    let row = |name: &str, case: &HeldPermits, note: String| {
+        let ratio = case.bytes_per_permit / exclusive.bytes_per_permit;
+        Row::new(name, &case.samples, note)
+            .with("names", names)
+            .with("limit", case.limit)
+            .with("permits_held", case.permits)
+            .with("redis_used_memory_delta_bytes", case.delta_bytes)
+            .with("redis_bytes_per_permit", case.bytes_per_permit.round())
+            .with("redis_memory_usage_per_key", case.key_bytes.clone())
+            .with("ratio_to_exclusive", round3(ratio))
+    };
+    let exclusive_row = row(
+        "permit_memory_exclusive",
+        &exclusive,
+        format!(
+            "{names} exclusive leases held: Redis {:.0} B per lease{quick}",
+            exclusive.bytes_per_permit
+        ),
+    );
+    let counting_note = |case: &HeldPermits, held: &str| {
+        format!(
+            "{names} counting leases of limit {limit}, {held} held: Redis {:.0} B per permit, \
+             {:.2} × an exclusive lease's{quick}",
+            case.bytes_per_permit,
+            case.bytes_per_permit / exclusive.bytes_per_permit
+        )
+    };
+    let full_note = counting_note(&full, &format!("all {limit} permits"));
+    let one_note = counting_note(&one, "1 permit");
+    Ok(vec![
+        exclusive_row,
+        row("permit_memory_counting_full", &full, full_note),
+        row("permit_memory_counting_one", &one, one_note),
+    ])
+}
+
+/// What holding permits cost Redis in one case of `permit_memory`.
+struct HeldPermits {
+    limit: u32,
+    permits: usize,
+    delta_bytes: i64,
+    bytes_per_permit: f64,
+    key_bytes: serde_json::Value,
+    samples: Samples,
+}
+
+/// On an emptied Redis, takes `per_name` permits of each of `names` names (`limit` 0: exclusive
+/// leases) and measures what Redis's `used_memory` grew by.
+async fn held_permits(
+    redis: &RedisServer,
+    channels: &[Channel],
+    case: &str,
+    names: usize,
+    per_name: u32,
+    limit: u32,
+) -> BenchResult<HeldPermits> {
+    redis.query(&["FLUSHALL", "SYNC"])?;
+    // Let the server's connections settle after the flush (nothing of the run stays in Redis).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = used_memory(redis)?;
+    let requests: Vec<String> = (0..names)
+        .flat_map(|index| {
+            let name = format!("bench/permits/{case}/{index:06}");
+            std::iter::repeat_n(name, per_name as usize)
+        })
+        .collect();
+    let first = requests[0].clone();
+    let permits = requests.len();
+    let (granted, samples) =
+        acquire_many_permits(channels, requests, HELD_TTL_MS, CONCURRENCY, limit).await?;
+    if granted.len() != permits {
+        return Err(format!("{} of {permits} permits granted", granted.len()).into());
+    }
+    let delta_bytes = used_memory(redis)? - before;
+    Ok(HeldPermits {
+        limit,
+        permits,
+        delta_bytes,
+        bytes_per_permit: delta_bytes as f64 / permits as f64,
+        key_bytes: keys_bytes(redis, &first)?,
+        samples,
+    })
+}
+
+/// `MEMORY USAGE` of every key of one name (found by its hash tag), by the part after the tag
+/// (`lease` for the key with no suffix).
+fn keys_bytes(redis: &RedisServer, name: &str) -> BenchResult<serde_json::Value> {
+    let tagged = format!("leased:{{{name}}}");
+    let keys = match redis.query(&["KEYS", &format!("{tagged}*")])? {
+        crate::harness::redis::Resp::Array(Some(keys)) => keys,
+        other => return Err(format!("KEYS answered {other:?}").into()),
+    };
+    let mut bytes = serde_json::Map::new();
+    for key in keys {
+        let key = key.as_str().ok_or("KEYS answered a non-string")?.to_owned();
+        let usage = redis.query(&["MEMORY", "USAGE", &key])?.as_int();
+        let usage = usage.ok_or_else(|| format!("MEMORY USAGE {key} answered no number"))?;
+        let part = key[tagged.len()..].trim_start_matches(':');
+        let part = if part.is_empty() { "lease" } else { part };
+        bytes.insert(part.to_owned(), usage.into());
+    }
+    Ok(bytes.into())
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
 }
 
 /// Sizes of `renew_stream_memory`.

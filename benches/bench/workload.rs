@@ -1,5 +1,6 @@
 //! Load on leased itself: the store's scripts straight through fred (the ceiling), acquire and
-//! release cycles and renewals through the gRPC server, and many leases held at once.
+//! release cycles (of exclusive leases and of permits of counting leases) and renewals through
+//! the gRPC server, and many leases held at once.
 
 use std::{
     sync::Arc,
@@ -7,7 +8,10 @@ use std::{
 };
 
 use leased::{
-    lease::{AcquireOutcome, LeaseId, LeaseName, LeaseStore, RenewOutcome, limits::parse_name},
+    lease::{
+        AcquireOutcome, LeaseId, LeaseName, LeaseStore, RenewOutcome, ValidatedAcquire,
+        limits::parse_name,
+    },
     proto::{
         AcquireRequest, Granted, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
         lease_service_client::LeaseServiceClient, renew_response,
@@ -44,6 +48,26 @@ pub async fn direct_store(redis_url: &str, pool_size: usize) -> BenchResult<Arc<
     Ok(Arc::new(store))
 }
 
+/// A try-once exclusive acquire of `name` by the holder "bench", as the store receives it.
+fn direct_request(name: &LeaseName) -> ValidatedAcquire {
+    ValidatedAcquire {
+        name: name.clone(),
+        holder: "bench".to_owned(),
+        ttl: Duration::from_millis(CYCLE_TTL_MS as u64),
+        wait: Duration::ZERO,
+        limit: 1,
+        lock_delay: Duration::ZERO,
+    }
+}
+
+/// Fails unless the store granted the lease.
+fn must_be_granted(name: &LeaseName, outcome: AcquireOutcome) -> BenchResult<()> {
+    match outcome {
+        AcquireOutcome::Granted(_) => Ok(()),
+        other => Err(format!("{name} was not granted: {other:?}").into()),
+    }
+}
+
 /// Acquire then release on the store itself (the same Lua scripts, no gRPC).
 pub struct DirectCycle {
     pub store: Arc<RedisStore>,
@@ -53,17 +77,9 @@ pub struct DirectCycle {
 impl Worker for DirectCycle {
     async fn op(&mut self) -> BenchResult<()> {
         let lease_id = LeaseId::generate();
-        let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
-        match self
-            .store
-            .try_acquire(&self.name, "bench", ttl, &lease_id, None)
-            .await?
-        {
-            AcquireOutcome::Granted(_) => {}
-            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => {
-                return Err(format!("{} is busy", self.name).into());
-            }
-        }
+        let request = direct_request(&self.name);
+        let outcome = self.store.try_acquire(&request, &lease_id, None).await?;
+        must_be_granted(&self.name, outcome)?;
         if !self.store.release(&self.name, &lease_id).await? {
             return Err(format!("{} was not released", self.name).into());
         }
@@ -82,20 +98,15 @@ impl DirectRenew {
     pub async fn holding(store: Arc<RedisStore>, name: &str) -> BenchResult<Self> {
         let name = parse_name(name)?;
         let lease_id = LeaseId::generate();
-        let ttl = Duration::from_millis(CYCLE_TTL_MS as u64);
-        match store
-            .try_acquire(&name, "bench", ttl, &lease_id, None)
-            .await?
-        {
-            AcquireOutcome::Granted(_) => Ok(DirectRenew {
-                store,
-                name,
-                lease_id,
-            }),
-            AcquireOutcome::Busy { .. } | AcquireOutcome::QueueFull { .. } => {
-                Err(format!("{name} is busy").into())
-            }
-        }
+        let outcome = store
+            .try_acquire(&direct_request(&name), &lease_id, None)
+            .await?;
+        must_be_granted(&name, outcome)?;
+        Ok(DirectRenew {
+            store,
+            name,
+            lease_id,
+        })
     }
 }
 
@@ -117,7 +128,18 @@ pub async fn acquire_granted(
     name: &str,
     ttl_ms: i64,
 ) -> BenchResult<Granted> {
-    let mut stream = client.acquire(try_once(name, ttl_ms)).await?.into_inner();
+    acquire_permit(client, name, ttl_ms, 0).await
+}
+
+/// [`acquire_granted`] asking for a permit of a counting lease of `limit` (0: exclusive).
+pub async fn acquire_permit(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    ttl_ms: i64,
+    limit: u32,
+) -> BenchResult<Granted> {
+    let request = try_once(name, ttl_ms, limit);
+    let mut stream = client.acquire(request).await?.into_inner();
     while let Some(message) = stream.message().await? {
         match message.result {
             Some(acquire_response::Result::Granted(granted)) => return Ok(granted),
@@ -165,6 +187,39 @@ impl Worker for GrpcCycle {
     }
 }
 
+/// Acquire (a permit of a counting lease) then Release through the gRPC server: `limit` workers
+/// share each name, so that every try-once Acquire finds a free permit.
+pub struct SemaphoreCycle {
+    pub client: LeaseServiceClient<Channel>,
+    pub name: String,
+    pub limit: u32,
+}
+
+impl Worker for SemaphoreCycle {
+    async fn op(&mut self) -> BenchResult<()> {
+        let granted =
+            acquire_permit(&mut self.client, &self.name, CYCLE_TTL_MS, self.limit).await?;
+        release(&mut self.client, granted.name, granted.lease_id).await
+    }
+}
+
+/// `concurrency` semaphore cycle workers spread round-robin over `channels`, `limit` of them on
+/// each name (`concurrency / limit` names).
+pub fn semaphore_cycle_workers(
+    channels: &[Channel],
+    concurrency: usize,
+    limit: u32,
+    prefix: &str,
+) -> Vec<SemaphoreCycle> {
+    (0..concurrency)
+        .map(|worker| SemaphoreCycle {
+            client: LeaseServiceClient::new(channels[worker % channels.len()].clone()),
+            name: format!("{prefix}/{}", worker / limit as usize),
+            limit,
+        })
+        .collect()
+}
+
 /// `concurrency` cycle workers spread round-robin over `channels` (one HTTP/2 connection each).
 pub fn grpc_cycle_workers(
     channels: &[Channel],
@@ -179,13 +234,16 @@ pub fn grpc_cycle_workers(
         .collect()
 }
 
-/// A try-once Acquire (`wait_ms` 0) of `name` by the holder "bench".
-fn try_once(name: &str, ttl_ms: i64) -> AcquireRequest {
+/// A try-once Acquire (`wait_ms` 0) of `name` by the holder "bench", with `limit` (0: an
+/// exclusive lease).
+fn try_once(name: &str, ttl_ms: i64, limit: u32) -> AcquireRequest {
     AcquireRequest {
         name: name.to_owned(),
         holder: "bench".to_owned(),
         ttl_ms,
         wait_ms: 0,
+        limit,
+        ..Default::default()
     }
 }
 
@@ -196,8 +254,10 @@ async fn acquire_granted_to_the_end(
     client: &mut LeaseServiceClient<Channel>,
     name: &str,
     ttl_ms: i64,
+    limit: u32,
 ) -> BenchResult<Granted> {
-    let mut stream = client.acquire(try_once(name, ttl_ms)).await?.into_inner();
+    let request = try_once(name, ttl_ms, limit);
+    let mut stream = client.acquire(request).await?.into_inner();
     let mut terminal = None;
     while let Some(message) = stream.message().await? {
         terminal = message.result;
@@ -216,6 +276,20 @@ pub async fn acquire_many(
     ttl_ms: i64,
     concurrency: usize,
 ) -> BenchResult<Vec<Granted>> {
+    let (granted, _) = acquire_many_permits(channels, names, ttl_ms, concurrency, 0).await?;
+    Ok(granted)
+}
+
+/// [`acquire_many`] of permits of counting leases of `limit` (0: exclusive leases), a name
+/// appearing once per permit to take; also answers the latency of each Acquire.
+pub async fn acquire_many_permits(
+    channels: &[Channel],
+    names: Vec<String>,
+    ttl_ms: i64,
+    concurrency: usize,
+    limit: u32,
+) -> BenchResult<(Vec<Granted>, Samples)> {
+    let started = Instant::now();
     let names = Arc::new(names);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
@@ -223,21 +297,27 @@ pub async fn acquire_many(
         let mut client = LeaseServiceClient::new(channels[worker % channels.len()].clone());
         let (names, next) = (names.clone(), next.clone());
         tasks.spawn(async move {
-            let mut granted = Vec::new();
+            let (mut granted, mut latencies) = (Vec::new(), Vec::new());
             loop {
                 let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(name) = names.get(index) else {
-                    return BenchResult::Ok(granted);
+                    return BenchResult::Ok((granted, latencies));
                 };
-                granted.push(acquire_granted_to_the_end(&mut client, name, ttl_ms).await?);
+                let op_started = Instant::now();
+                granted.push(acquire_granted_to_the_end(&mut client, name, ttl_ms, limit).await?);
+                latencies.push(op_started.elapsed());
             }
         });
     }
     let mut all = Vec::with_capacity(names.len());
+    let mut samples = Samples::default();
     while let Some(joined) = tasks.join_next().await {
-        all.extend(joined??);
+        let (granted, latencies) = joined??;
+        all.extend(granted);
+        samples.latencies.extend(latencies);
     }
-    Ok(all)
+    samples.elapsed = started.elapsed();
+    Ok((all, samples))
 }
 
 /// One open `Renew` stream: sends a renewal, waits for its answer, and so on (one in flight).
@@ -325,6 +405,19 @@ pub fn split_among(leases: Vec<Granted>, streams: usize) -> Vec<Vec<Granted>> {
     }
     groups.retain(|group| !group.is_empty());
     groups
+}
+
+/// Runs the semaphore cycle workers for `budget` and returns what they measured.
+pub async fn measure_semaphore_cycles(
+    channels: &[Channel],
+    concurrency: usize,
+    limit: u32,
+    prefix: &str,
+    budget: Budget,
+) -> BenchResult<Samples> {
+    let workers = semaphore_cycle_workers(channels, concurrency, limit, prefix);
+    let (samples, _) = closed_loop(workers, budget).await?;
+    Ok(samples)
 }
 
 /// Runs the cycle workers for `budget` and returns what they measured.

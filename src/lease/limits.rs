@@ -334,11 +334,11 @@ mod tests {
         ] {
             let request = limits
                 .validate_acquire(AcquireFields {
-                name: "a",
-                holder: holder.to_owned(),
-                ttl_ms: 1_000,
-                ..AcquireFields::default()
-            })
+                    name: "a",
+                    holder: holder.to_owned(),
+                    ttl_ms: 1_000,
+                    ..AcquireFields::default()
+                })
                 .unwrap_or_else(|error| panic!("{holder:?}: {error}"));
             assert_eq!(request.holder, holder);
         }

@@ -239,9 +239,11 @@ impl State {
 
     /// The first `count` entries in line: those the free permits go to.
     fn first_in_line(&self, name: &LeaseName, count: u32) -> Vec<String> {
-        self.queues.get(name.as_str()).map_or_else(Vec::new, |queue| {
-            queue.iter().take(count as usize).cloned().collect()
-        })
+        self.queues
+            .get(name.as_str())
+            .map_or_else(Vec::new, |queue| {
+                queue.iter().take(count as usize).cloned().collect()
+            })
     }
 
     /// Takes `entries` out of the queue of `name`; the queue goes when it is empty.

@@ -1,23 +1,34 @@
 //! The checker: clients contend for a few names through real `leased` replicas, hold what they
 //! are granted while renewing it, write to a fenced resource while they believe they hold it, and
-//! record every event on one monotonic clock. [`Checker::verify`] then checks the record:
+//! record every event on one monotonic clock. Some names are exclusive leases; the counting names
+//! are counting leases (every caller asks for the same `limit`, [`Counting`]), contended by their
+//! own clients. [`Checker::verify`] then checks the record:
 //!
-//! - **Mutual exclusion.** A holder's lease, by its own view, runs from the moment it received
-//!   `granted` until the earliest of: its release call, its first `lost`, and its expiry, which is
-//!   the *send* time of the Acquire (or of the last renewal answered before that expiry) plus the
-//!   TTL. No two such intervals of one name may overlap by more than [`CLOCK_SLACK`].
+//! - **At most `limit` holders (1 for an exclusive lease).** A holder's lease, by its own view,
+//!   runs from the moment it received `granted` until the earliest of: its release call, its
+//!   first `lost`, and its expiry, which is the *send* time of the Acquire (or of the last renewal
+//!   answered before that expiry) plus the TTL. Each view is cut short by [`CLOCK_SLACK`]; no
+//!   point in time may lie in more than `limit` such views of one name.
 //! - **Tokens.** If a grant was received before another grant of the same name was requested,
-//!   its token is smaller. Tokens of one name are unique.
-//! - **Fencing.** The resource accepts a write only with a token at least as high as every token
-//!   it accepted before; a holder's write within its own interval is never rejected; a stale
-//!   holder's write after another holder wrote is always rejected.
+//!   its token is smaller (whichever permit of a counting lease). Tokens of one name are unique.
+//! - **Fencing** (exclusive names). The resource accepts a write only with a token at least as
+//!   high as every token it accepted before; a holder's write within its own interval is never
+//!   rejected; a stale holder's write after another holder wrote is always rejected. Holders of a
+//!   counting name do not write: up to `limit` of them hold it at once, so a per-name fence
+//!   would refuse rightful writes.
 //! - **FIFO waiting.** A waiter X is in its name's queue once its first `waiting` has arrived. A
 //!   caller Y of the same name whose Acquire was *sent* after that must not be granted before X:
 //!   if X was granted, Y's token is larger than X's (tokens order the grants at Redis, with no
 //!   clock involved); if X was answered `not_granted`, Y was not granted before X's wait could
 //!   have run out (X's send time plus its `wait_ms`, a lower bound of the server's deadline). A
 //!   waiter answered `not_granted` before that bound had its wait cut short. The first `waiting`
-//!   must report a position (1 = next in line). Waiters whose call failed are not checked.
+//!   must report a position (1 = next in line). Waiters whose call failed are not checked. On a
+//!   counting name, several permits may free at once and then the first callers in line, Y
+//!   among them, may take them in any order: a pair is checked only when Y took the last free
+//!   permit, that is when `limit - 1` other holders' views span Y's whole call.
+//! - **Occupancy.** `waiting` and `not_granted` report `held` at most the limit, and as the limit
+//!   in force the name's own (1 for an exclusive lease) or 0; no call fails with
+//!   `FAILED_PRECONDITION` (every caller of a name asks for the same limit).
 //!
 //! Faults that lose Redis data (a restart without persistence, a failover to a replica that
 //! missed writes) suspend mutual exclusion for up to one TTL: overlaps that begin inside such a
@@ -51,8 +62,11 @@ pub const CLOCK_SLACK: Duration = Duration::from_millis(10);
 /// What the clients do.
 #[derive(Clone, Debug)]
 pub struct Workload {
+    /// Clients of the exclusive names, and how many exclusive names there are.
     pub clients: usize,
     pub names: usize,
+    /// The counting names and their own clients.
+    pub counting: Counting,
     /// TTLs are drawn from this inclusive range.
     pub ttl_ms: (u64, u64),
     /// Holders keep a lease for up to this long (renewing every third of the TTL).
@@ -66,9 +80,54 @@ pub struct Workload {
     pub seed: u64,
 }
 
+/// Counting leases: `clients` more clients contend for `names` more names, each a counting lease
+/// of `limit` permits (every one of its callers asks for that limit).
+#[derive(Clone, Copy, Debug)]
+pub struct Counting {
+    pub clients: usize,
+    pub names: usize,
+    pub limit: u32,
+}
+
 impl Workload {
     pub fn max_ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms.1)
+    }
+
+    /// Every name: the exclusive ones, then the counting ones.
+    pub fn all_names(&self) -> usize {
+        self.names + self.counting.names
+    }
+
+    /// Every client: those of the exclusive names, then those of the counting names.
+    pub fn all_clients(&self) -> usize {
+        self.clients + self.counting.clients
+    }
+
+    /// Whether name `name` (an index into [`Checker::names`]) is a counting lease.
+    pub fn is_counting(&self, name: usize) -> bool {
+        name >= self.names
+    }
+
+    /// The `limit` that callers of `name` send: 0 (exclusive) or the counting limit.
+    pub fn limit_of(&self, name: usize) -> u32 {
+        match self.is_counting(name) {
+            true => self.counting.limit,
+            false => 0,
+        }
+    }
+
+    /// How many holders `name` may have at once.
+    pub fn holders_allowed(&self, name: usize) -> usize {
+        self.limit_of(name).max(1) as usize
+    }
+
+    /// The names client `index` contends for.
+    fn names_of(&self, client: usize) -> std::ops::Range<usize> {
+        match client < self.clients {
+            true => 0..self.names,
+            false => self.names..self.all_names(),
+        }
     }
 }
 
@@ -141,6 +200,12 @@ pub enum Event {
         rpc: &'static str,
         code: Code,
     },
+    /// What a `waiting` or `not_granted` reported of the name's permits.
+    Occupancy {
+        name: usize,
+        held: u32,
+        limit: u32,
+    },
     /// An Acquire that was answered `waiting` (it stood in the name's queue), recorded when the
     /// call ended. A granted one also has its [`Event::Granted`].
     Waited {
@@ -201,10 +266,13 @@ impl Checker {
     pub fn new(workload: Workload, name_prefix: &str) -> Arc<Self> {
         let names = (0..workload.names)
             .map(|index| format!("{name_prefix}/resource-{index}"))
+            .chain(
+                (0..workload.counting.names).map(|index| format!("{name_prefix}/counting-{index}")),
+            )
             .collect();
         Arc::new(Checker {
             resource: FencedResource {
-                highest: Mutex::new(vec![0; workload.names]),
+                highest: Mutex::new(vec![0; workload.all_names()]),
             },
             workload,
             names,
@@ -291,6 +359,29 @@ impl Checker {
         self.resource.highest.lock().unwrap()[name]
     }
 
+    /// Whether an Acquire of `name` sent at or after `since` has been granted.
+    fn granted_since(&self, name: usize, since: Duration) -> bool {
+        let events = self.events.lock().unwrap();
+        // Recent events are at the end: look back a few seconds past `since`, no further.
+        for event in events.iter().rev() {
+            if let Event::Granted {
+                name: granted,
+                sent,
+                received,
+                ..
+            } = *event
+            {
+                if granted == name && sent >= since {
+                    return true;
+                }
+                if received + Duration::from_secs(5) < since {
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
     /// Events of the whole run, in recording order.
     pub fn events(&self) -> Vec<Event> {
         self.events.lock().unwrap().clone()
@@ -374,8 +465,9 @@ pub async fn run_client(checker: Arc<Checker>, index: usize, endpoints: Vec<Stri
     let mut rng = Rng(checker.workload.seed ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4));
     let mut client = Client::new(index, &endpoints, index);
     let holder = format!("client-{index}");
+    let names = checker.workload.names_of(index);
     while !checker.stopped() {
-        let name = rng.range(0, checker.workload.names as u64 - 1) as usize;
+        let name = rng.range(names.start as u64, names.end as u64 - 1) as usize;
         let (low, high) = checker.workload.ttl_ms;
         let ttl = Duration::from_millis(rng.range(low, high));
         let wait = match rng.percent(25) {
@@ -406,8 +498,11 @@ async fn acquire(
         holder: holder.to_owned(),
         ttl_ms: ttl.as_millis() as i64,
         wait_ms: wait.as_millis() as i64,
+        limit: checker.workload.limit_of(name),
+        ..Default::default()
     });
     request.set_timeout(wait + Duration::from_secs(5));
+    let occupancy = |held, limit| Event::Occupancy { name, held, limit };
     // The first `waiting`: when it arrived, and the position it reported.
     let mut queued: Option<(Duration, u32)> = None;
     let call = async {
@@ -417,9 +512,13 @@ async fn acquire(
                 Some(acquire_response::Result::Granted(granted)) => {
                     return Ok(Some((granted, checker.now())));
                 }
-                Some(acquire_response::Result::NotGranted(_)) => return Ok(None),
+                Some(acquire_response::Result::NotGranted(busy)) => {
+                    checker.record(occupancy(busy.held, busy.limit));
+                    return Ok(None);
+                }
                 Some(acquire_response::Result::Waiting(waiting)) => {
                     queued.get_or_insert((checker.now(), waiting.position));
+                    checker.record(occupancy(waiting.held, waiting.limit));
                 }
                 None => {}
             }
@@ -497,9 +596,11 @@ async fn hold(
     abandon: bool,
 ) {
     let hold_until = checker.now() + hold_for;
+    // Holders of a counting name share it: they do not write to the per-name fenced resource.
+    let writes = !checker.workload.is_counting(held.name);
     let write = |held: &Held| {
         let expiry = held.expiry;
-        checker.write(held.lease, held.name, held.token, false, |at| at < expiry)
+        writes.then(|| checker.write(held.lease, held.name, held.token, false, |at| at < expiry))
     };
     write(&held);
     if abandon {
@@ -627,17 +728,28 @@ async fn renew(
     }
 }
 
-/// The GC-pause holder: takes a lease, writes, then stops renewing (a stop-the-world pause) past
-/// its TTL; once another client has taken the lease and written, it writes with its old token
-/// (the resource must reject it) and renews (the answer must be `lost`). Returns how many pauses
-/// completed.
-pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> usize {
+/// GC pauses that completed, by kind of name.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GcPauses {
+    /// On exclusive names: the paused holder's stale write was checked too.
+    pub exclusive: usize,
+    /// On counting names: its permit expired and the name was granted again before it renewed.
+    pub counting: usize,
+}
+
+/// The GC-pause holder, taking every name in turn: takes a lease (a permit, on a counting name)
+/// and stops renewing it (a stop-the-world pause) past its TTL. On an exclusive name, once
+/// another client has taken the lease and written, it writes with its old token (the resource
+/// must reject it); on a counting name, once its TTL has passed and another caller has been
+/// granted the name since. Then it renews: the answer must be `lost`.
+pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcPauses {
     let mut client = Client::new(usize::MAX, &endpoints, 0);
-    let mut completed = 0;
+    let mut completed = GcPauses::default();
     let mut round = 0;
     while !checker.stopped() {
         round += 1;
-        let name = round % checker.workload.names;
+        let name = round % checker.workload.all_names();
+        let counting = checker.workload.is_counting(name);
         let ttl = Duration::from_millis(checker.workload.ttl_ms.0);
         let Some(held) = acquire(
             &checker,
@@ -652,18 +764,32 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> usi
             continue;
         };
         let paused_at = checker.now();
-        let expiry = held.expiry;
-        checker.write(held.lease, name, held.token, false, |at| at < expiry);
-        // The pause: no renewal. Wait until someone else holds the lease and has written.
-        let give_up = checker.now() + Duration::from_secs(10);
-        while checker.highest_written(name) <= held.token && checker.now() < give_up {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let give_up = paused_at + Duration::from_secs(10);
+        if counting {
+            // The pause: no renewal. Its permit was granted before `paused_at`, so on the
+            // server it has expired by `expired`; wait until someone was granted the name after
+            // that (a permit, maybe this one, went to another holder).
+            let expired = paused_at + ttl + CLOCK_SLACK;
+            until(&checker, expired).await;
+            while !checker.granted_since(name, expired) && checker.now() < give_up {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if !checker.granted_since(name, expired) {
+                continue; // nobody was granted it (a fault was in the way); try again
+            }
+        } else {
+            let expiry = held.expiry;
+            checker.write(held.lease, name, held.token, false, |at| at < expiry);
+            // The pause: no renewal. Wait until someone else holds the lease and has written.
+            while checker.highest_written(name) <= held.token && checker.now() < give_up {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if checker.highest_written(name) <= held.token {
+                continue; // nobody took it (a fault was in the way); try again
+            }
+            // Waking up: the old token is refused...
+            checker.write(held.lease, name, held.token, true, |_| true);
         }
-        if checker.highest_written(name) <= held.token {
-            continue; // nobody took it (a fault was in the way); try again
-        }
-        // Waking up: the old token is refused...
-        checker.write(held.lease, name, held.token, true, |_| true);
         // ...and the next renewal says the lease is gone.
         let mut answered = None;
         for _ in 0..10 {
@@ -689,10 +815,20 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> usi
                 lost,
             });
             checker.fault("gc_pause", paused_at, false);
-            completed += 1;
+            match counting {
+                true => completed.counting += 1,
+                false => completed.exclusive += 1,
+            }
         }
     }
     completed
+}
+
+/// Sleeps until `at` on the checker's clock.
+pub async fn until(checker: &Checker, at: Duration) {
+    if let Some(wait) = at.checked_sub(checker.now()) {
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// One holder's lease as it saw it.
@@ -716,13 +852,23 @@ pub struct Report {
     pub faults: BTreeMap<&'static str, usize>,
     pub overlaps_in_data_loss_windows: usize,
     pub stale_writes_rejected: usize,
+    /// Grants of counting names, and the most holders' views of one counting name that
+    /// overlapped at once outside data-loss windows (the limit, if the run reached it).
+    pub counting_grants: usize,
+    pub max_holders_counting: usize,
+    /// `waiting` and `not_granted` messages checked, and the most permits held one reported on a
+    /// counting name.
+    pub occupancy_reports: usize,
+    pub max_reported_held: u32,
     /// Acquire calls that were answered `waiting`, and the highest position one first reported.
     pub waiters: usize,
     pub max_position: u32,
     /// Waiters left out of the FIFO check: their call failed, or touched a fault window.
     pub waiters_unchecked: usize,
-    /// Pairs (waiter, later caller granted while it could still wait) checked for FIFO.
+    /// Pairs (waiter, later caller granted while it could still wait) checked for FIFO, and
+    /// how many of them were on counting names.
     pub fifo_pairs_checked: usize,
+    pub counting_fifo_pairs_checked: usize,
     /// Pairs in which a caller that asked after a waiter was queued was granted before it (each
     /// also a violation).
     pub overtakes: usize,
@@ -745,12 +891,21 @@ impl Report {
             self.stale_writes_rejected, self.overlaps_in_data_loss_windows
         );
         println!(
+            "counting names: {} grants; most holders at once (outside data-loss windows): {}; \
+             most permits held reported by waiting/not_granted: {} ({} reports checked)",
+            self.counting_grants,
+            self.max_holders_counting,
+            self.max_reported_held,
+            self.occupancy_reports
+        );
+        println!(
             "FIFO: {} waiters (highest first position {}), {} unchecked (failed or in a fault \
-             window); {} pairs checked; overtakes: {}; waits cut short: {}",
+             window); {} pairs checked ({} on counting names); overtakes: {}; waits cut short: {}",
             self.waiters,
             self.max_position,
             self.waiters_unchecked,
             self.fifo_pairs_checked,
+            self.counting_fifo_pairs_checked,
             self.overtakes,
             self.waits_cut_short
         );
@@ -846,7 +1001,10 @@ impl Checker {
                         .failures
                         .entry(format!("{rpc} {code:?}"))
                         .or_default() += 1;
-                    if matches!(code, Code::Internal | Code::InvalidArgument) {
+                    if matches!(
+                        code,
+                        Code::Internal | Code::InvalidArgument | Code::FailedPrecondition
+                    ) {
                         report
                             .violations
                             .push(format!("{rpc} answered {code:?}: never expected"));
@@ -855,7 +1013,23 @@ impl Checker {
                 Event::RenewAfterPause { lease, lost } => {
                     if !lost {
                         report.violations.push(format!(
-                            "lease {lease}: renewed after its TTL passed and another holder took it"
+                            "lease {lease}: renewed after its TTL passed and another holder was \
+                             granted the name"
+                        ));
+                    }
+                }
+                Event::Occupancy { name, held, limit } => {
+                    report.occupancy_reports += 1;
+                    let allowed = self.workload.holders_allowed(*name) as u32;
+                    if self.workload.is_counting(*name) {
+                        report.max_reported_held = report.max_reported_held.max(*held);
+                    }
+                    if *held > allowed || (*limit != 0 && *limit != allowed) {
+                        report.violations.push(format!(
+                            "{}: `waiting`/`not_granted` reported {held} permits held of limit \
+                             {limit}; every caller asks for limit {}",
+                            self.names[*name],
+                            self.workload.limit_of(*name)
                         ));
                     }
                 }
@@ -863,6 +1037,10 @@ impl Checker {
             }
         }
         report.grants = leases.len();
+        report.counting_grants = leases
+            .values()
+            .filter(|lease| self.workload.is_counting(lease.name))
+            .count();
         let mut intervals: HashMap<usize, Vec<Interval>> = HashMap::new();
         let mut interval_of: HashMap<usize, (Duration, Duration)> = HashMap::new();
         for (id, lease) in &leases {
@@ -891,37 +1069,43 @@ impl Checker {
             });
         }
 
-        // Mutual exclusion.
+        // At most `limit` holders (1 for an exclusive lease): each view is cut short by `slack`,
+        // and when a view begins, the earlier ones still running share that instant with it.
         for (name, list) in &mut intervals {
+            let allowed = self.workload.holders_allowed(*name);
             list.sort_by_key(|interval| interval.start);
             let mut active: Vec<&Interval> = Vec::new();
             for interval in list.iter() {
-                active.retain(|earlier| earlier.end > interval.start);
-                for earlier in &active {
-                    let overlap_end = earlier.end.min(interval.end);
-                    if overlap_end <= interval.start + slack {
-                        continue;
-                    }
+                if interval.end <= interval.start + slack {
+                    continue; // shorter than the slack: it overlaps nothing
+                }
+                active.retain(|earlier| earlier.end > interval.start + slack);
+                if self.workload.is_counting(*name) && !in_loss_window(interval.start) {
+                    report.max_holders_counting = report.max_holders_counting.max(active.len() + 1);
+                }
+                if active.len() >= allowed {
                     if in_loss_window(interval.start) {
                         report.overlaps_in_data_loss_windows += 1;
                     } else {
+                        let view = |interval: &Interval| {
+                            format!(
+                                "{} (token {}, {:?}..{:?})",
+                                interval.lease, interval.token, interval.start, interval.end
+                            )
+                        };
+                        let earlier: Vec<String> =
+                            active.iter().map(|earlier| view(earlier)).collect();
                         report.violations.push(format!(
-                            "{}: leases {} (token {}, {:?}..{:?}) and {} (token {}, {:?}..{:?}) overlap",
+                            "{}: the views of {} holders overlap, limit {allowed}: lease {} began \
+                             while leases {} held it",
                             self.names[*name],
-                            earlier.lease,
-                            earlier.token,
-                            earlier.start,
-                            earlier.end,
-                            interval.lease,
-                            interval.token,
-                            interval.start,
-                            interval.end
+                            active.len() + 1,
+                            view(interval),
+                            earlier.join(", ")
                         ));
                     }
                 }
-                if interval.end > interval.start {
-                    active.push(interval);
-                }
+                active.push(interval);
             }
         }
 
@@ -961,7 +1145,7 @@ impl Checker {
             }
         }
 
-        self.verify_fifo(&events, &faults, &mut report);
+        self.verify_fifo(&events, &faults, &intervals, &mut report);
 
         // Fencing, in the resource's own order.
         let mut highest = vec![0u64; self.workload.names];
@@ -1014,7 +1198,13 @@ impl Checker {
     }
 
     /// FIFO waiting; see the module documentation.
-    fn verify_fifo(&self, events: &[Event], faults: &[FaultRecord], report: &mut Report) {
+    fn verify_fifo(
+        &self,
+        events: &[Event],
+        faults: &[FaultRecord],
+        views: &HashMap<usize, Vec<Interval>>,
+        report: &mut Report,
+    ) {
         let settle = self.workload.max_ttl() + CLOCK_SLACK;
         let windows: Vec<(Duration, Duration)> = faults
             .iter()
@@ -1029,6 +1219,7 @@ impl Checker {
 
         /// A grant as FIFO sees it.
         struct Grant {
+            lease: usize,
             client: usize,
             replica: usize,
             token: u64,
@@ -1038,6 +1229,7 @@ impl Checker {
         let mut grants: HashMap<usize, Vec<Grant>> = HashMap::new();
         for event in events {
             if let Event::Granted {
+                lease,
                 client,
                 replica,
                 name,
@@ -1048,6 +1240,7 @@ impl Checker {
             } = event
             {
                 grants.entry(*name).or_default().push(Grant {
+                    lease: *lease,
                     client: *client,
                     replica: *replica,
                     token: *token,
@@ -1112,12 +1305,30 @@ impl Checker {
                 ));
             }
             let list = grants.get(&name).map_or(&[][..], Vec::as_slice);
+            let others_needed = self.workload.holders_allowed(name) - 1;
+            let name_views = views.get(&name).map_or(&[][..], Vec::as_slice);
             // Callers that asked after the waiter was queued, and early enough to be granted
             // while it still waited.
             let first = list.partition_point(|grant| grant.sent <= queued);
             for later in list[first..].iter().take_while(|grant| grant.sent < until) {
                 if touches_fault(later.sent, later.received) {
                     continue;
+                }
+                // On a counting name, `later` may go first if another permit was free for the
+                // waiter too: only when the other permits were held all through its call did it
+                // take the one the waiter was in line for.
+                if others_needed > 0 {
+                    let held_throughout = name_views
+                        .iter()
+                        .take_while(|view| view.start <= later.sent)
+                        .filter(|view| {
+                            view.lease != later.lease && view.end >= later.received + CLOCK_SLACK
+                        })
+                        .count();
+                    if held_throughout < others_needed {
+                        continue;
+                    }
+                    report.counting_fifo_pairs_checked += 1;
                 }
                 report.fifo_pairs_checked += 1;
                 let before = match outcome {
