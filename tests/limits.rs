@@ -1265,13 +1265,26 @@ async fn rapid_reset_gets_goaway_enhance_your_calm() {
         "connection ended after {reset} streams opened and reset in {:?}: {errors:?}",
         started.elapsed()
     );
-    assert!(
-        errors.iter().any(|error| error.is_go_away()
+    // The server's answer is GOAWAY ENHANCE_YOUR_CALM, then it closes. When the client was still
+    // writing a burst at that moment, the server's close leaves unread data behind and the kernel
+    // resets the connection, which may drop the GOAWAY before h2 reads it: then the client sees
+    // only the broken pipe (1 run in ~4 here). Either way the server ended a connection that sent
+    // nothing but valid frames, which only the reset protection does.
+    let go_away = errors.iter().any(|error| {
+        error.is_go_away()
             && error.is_remote()
             && error.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
-            && error.to_string().contains("too_many_resets")),
-        "{errors:?}"
-    );
+            && error.to_string().contains("too_many_resets")
+    });
+    let closed_under_a_write = errors.iter().any(|error| {
+        error.get_io().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            )
+        })
+    });
+    assert!(go_away || closed_under_a_write, "{errors:?}");
     describe(&mut bystander, "http2/reset").await;
     describe(&mut server.client().await, "http2/reset").await;
 }
