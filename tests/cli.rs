@@ -439,19 +439,17 @@ async fn waiting_run_starts_right_after_the_running_one_exits() {
 
 /// Waits until `name` has `holders` holders and `waiters` waiters.
 async fn wait_until_taken(setup: &Setup, name: &str, holders: usize, waiters: u32) {
-    let mut client = setup.server.client().await;
-    let start = Instant::now();
-    loop {
-        let description = describe(&mut client, name).await;
-        if description.holders.len() == holders && description.waiters == waiters {
-            return;
+    let client = setup.server.client().await;
+    let what = format!("{name} to have {holders} holders and {waiters} waiters");
+    harness::poll_until_async(&what, Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            let description = describe(&mut client, name).await;
+            description.holders.len() == holders && description.waiters == waiters
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{name} never had {holders} holders and {waiters} waiters: {description:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
+    .unwrap_or_else(|error| panic!("{error}"));
 }
 
 /// The README's "at most N cron jobs fleet-wide": six `leased run --limit 2` of one script that

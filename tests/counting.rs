@@ -62,59 +62,6 @@ const NOISY_LATENESS_MS: i64 = 250;
 /// How late the median grant after a lock-delay may come on a loaded test machine.
 const NOISY_MEDIAN_LATENESS_MS: i64 = 20;
 
-/// The servers of one scenario: one on the embedded store, or two replicas on one redis-server.
-struct Backend {
-    servers: Vec<Leased>,
-    _redis: Option<RedisServer>,
-}
-
-impl Backend {
-    async fn memory() -> Self {
-        Backend {
-            servers: vec![Leased::start(None).await],
-            _redis: None,
-        }
-    }
-
-    async fn redis() -> Self {
-        let redis = RedisServer::start();
-        Backend {
-            servers: vec![
-                Leased::start(Some(redis.url())).await,
-                Leased::start(Some(redis.url())).await,
-            ],
-            _redis: Some(redis),
-        }
-    }
-
-    /// A new client of replica `index` (modulo the number of replicas).
-    async fn client(&self, index: usize) -> Client {
-        self.servers[index % self.servers.len()].client().await
-    }
-}
-
-/// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`.
-macro_rules! on_both_stores {
-    ($($scenario:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(&super::Backend::memory().await).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(&super::Backend::redis().await).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_stores!(
     ten_contenders_never_exceed_three_holders_and_tokens_increase,
     waiters_take_free_permits_in_arrival_order,
@@ -226,7 +173,7 @@ fn holders_of(described: &DescribeResponse) -> Vec<(&str, u64)> {
 /// that counts concurrent holders, hold 2 to 12 ms, count themselves out, release. The resource
 /// never sees more than 3 holders, and does see 3 (the permits are used). Every grant's token is
 /// larger than every token any contender had received before it asked.
-async fn ten_contenders_never_exceed_three_holders_and_tokens_increase(backend: &Backend) {
+async fn ten_contenders_never_exceed_three_holders_and_tokens_increase(backend: &Replicas) {
     const NAME: &str = "sem/ten";
     const LIMIT: usize = 3;
     const CONTENDERS: usize = 10;
@@ -319,7 +266,7 @@ async fn ten_contenders_never_exceed_three_holders_and_tokens_increase(backend: 
 /// place, 3 held of limit 3, before the next starts). Permits freed one at a time go to the
 /// waiters in arrival order; two freed at once go to exactly the first two in line (the rest
 /// keep waiting); every grant's token is larger than every earlier one.
-async fn waiters_take_free_permits_in_arrival_order(backend: &Backend) {
+async fn waiters_take_free_permits_in_arrival_order(backend: &Replicas) {
     const NAME: &str = "sem/fifo";
     const WAITERS: usize = 7;
     let request = |holder: &str, wait_ms| request(NAME, holder, 30_000, wait_ms, 3);
@@ -421,7 +368,7 @@ async fn waiters_take_free_permits_in_arrival_order(backend: &Backend) {
 /// expiry exactly one waiter is granted (the next in line, not before that expiry), and the
 /// others keep waiting until the next expiry; the 4th waiter is still waiting at the end, when
 /// the permits are held by the first three waiters.
-async fn each_expiry_frees_exactly_one_permit(backend: &Backend) {
+async fn each_expiry_frees_exactly_one_permit(backend: &Replicas) {
     const NAME: &str = "sem/expiry";
     const WAITERS: usize = 4;
     let mut holders = Vec::new();
@@ -516,7 +463,7 @@ async fn each_expiry_frees_exactly_one_permit(backend: &Backend) {
 /// 1 (waiting or not) are FAILED_PRECONDITION naming 3; an exclusive lease held, limit 3 is
 /// refused naming 1, while limits 0 and 1 both mean exclusive (not_granted, held 1 of 1). Once
 /// nothing is taken, any limit is accepted.
-async fn a_mismatched_limit_is_failed_precondition_naming_the_limit_in_force(backend: &Backend) {
+async fn a_mismatched_limit_is_failed_precondition_naming_the_limit_in_force(backend: &Replicas) {
     let mut client = backend.client(0).await;
     let mut other = backend.client(1).await;
 
@@ -591,7 +538,7 @@ async fn a_mismatched_limit_is_failed_precondition_naming_the_limit_in_force(bac
 /// waiter's, then a holder's) grants exactly the first waiter in line: the others are still
 /// waiting a second later, Describe shows 3 holders and the rest waiting, and a try-once
 /// Acquire, right after the release and later, answers not_granted.
-async fn one_release_wakes_exactly_one_waiter(backend: &Backend) {
+async fn one_release_wakes_exactly_one_waiter(backend: &Replicas) {
     const NAME: &str = "sem/one-wake";
     const WAITERS: usize = 4;
     // The permits taken, oldest first.
@@ -684,7 +631,7 @@ async fn one_release_wakes_exactly_one_waiter(backend: &Backend) {
 /// token. Waiting and NotGranted describe the permit that frees soonest and say 4 held of 4.
 /// Each permit has its own lease id and renews on its own. An exclusive lease is described as
 /// limit 1 with one holder; a free name as limit 0.
-async fn describe_waiting_and_not_granted_show_every_permit(backend: &Backend) {
+async fn describe_waiting_and_not_granted_show_every_permit(backend: &Replicas) {
     const NAME: &str = "sem/describe";
     let mut client = backend.client(0).await;
     let described = describe(&mut client, NAME).await;
@@ -895,7 +842,7 @@ fn delayed(name: &str, holder: &str, ttl_ms: i64, lock_delay_ms: i64) -> Acquire
 /// (its last `expires_at`) + 300 ms, and no later than 10 ms after that in the best of 8 rounds
 /// (see [`LOCK_DELAY_SLACK_MS`] for the bounds of the others). Waiting's `remaining_ms` counts
 /// the delay. The lateness of each round is printed.
-async fn next_grant_comes_at_expiry_plus_lock_delay(backend: &Backend) {
+async fn next_grant_comes_at_expiry_plus_lock_delay(backend: &Replicas) {
     const TTL_MS: i64 = 200;
     const DELAY_MS: i64 = 300;
     const ROUNDS: usize = 8;
@@ -977,7 +924,7 @@ async fn next_grant_comes_at_expiry_plus_lock_delay(backend: &Backend) {
 /// (try-once callers meanwhile see it free for a moment, 0 held of limit 0, or held by the
 /// waiter), and with nobody waiting, to the next try-once caller; the same for one permit of a
 /// counting lease.
-async fn a_released_lease_with_lock_delay_is_granted_at_once(backend: &Backend) {
+async fn a_released_lease_with_lock_delay_is_granted_at_once(backend: &Replicas) {
     const NAME: &str = "delay/released";
     let mut client = backend.client(0).await;
     let mut waiter_client = backend.client(1).await;
@@ -1052,7 +999,7 @@ async fn a_released_lease_with_lock_delay_is_granted_at_once(backend: &Backend) 
 /// FAILED_PRECONDITION naming 1; its Renew answers lost "expired or released"; its Release
 /// answers false and does not end the delay: a waiter is granted no earlier than expiry + delay.
 /// With nobody waiting, the name is free once the delay has passed.
-async fn during_the_lock_delay_the_lease_stays_taken(backend: &Backend) {
+async fn during_the_lock_delay_the_lease_stays_taken(backend: &Replicas) {
     const NAME: &str = "delay/during";
     const DELAY_MS: i64 = 1_500;
     let mut client = backend.client(0).await;
@@ -1172,7 +1119,7 @@ async fn during_the_lock_delay_the_lease_stays_taken(backend: &Backend) {
 /// try-once Acquire answers not_granted, 2 held of 2, describing A (it frees soonest); A's late
 /// release answers false. B's slot, released, is granted at once (to C); a waiter is granted A's
 /// slot no earlier than A's expiry + delay.
-async fn a_permit_in_its_lock_delay_keeps_its_slot(backend: &Backend) {
+async fn a_permit_in_its_lock_delay_keeps_its_slot(backend: &Replicas) {
     const NAME: &str = "delay/permit";
     const DELAY_MS: i64 = 1_500;
     let mut client = backend.client(0).await;

@@ -43,61 +43,6 @@ const SOON: Duration = Duration::from_secs(5);
 /// How long a caller must be seen still waiting to count as "not granted".
 const A_WHILE: Duration = Duration::from_millis(300);
 
-/// The servers of one scenario: two `leased` replicas on one redis-server, or one server on the
-/// embedded store.
-struct Replicas {
-    servers: Vec<Leased>,
-    _redis: Option<RedisServer>,
-}
-
-impl Replicas {
-    async fn memory() -> Self {
-        Replicas {
-            servers: vec![Leased::start(None).await],
-            _redis: None,
-        }
-    }
-
-    async fn redis() -> Self {
-        let redis = RedisServer::start();
-        Replicas {
-            servers: vec![
-                Leased::start(Some(redis.url())).await,
-                Leased::start(Some(redis.url())).await,
-            ],
-            _redis: Some(redis),
-        }
-    }
-
-    /// A new client of replica `index` (modulo the number of replicas): consecutive indexes
-    /// alternate between the replicas on Redis.
-    async fn client(&self, index: usize) -> Client {
-        self.servers[index % self.servers.len()].client().await
-    }
-}
-
-/// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`.
-macro_rules! on_both_stores {
-    ($($scenario:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(&super::Replicas::memory().await).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(&super::Replicas::redis().await).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_stores!(
     six_waiters_on_two_replicas_are_granted_in_arrival_order_with_positions,
     no_barging_while_anyone_waits,

@@ -947,15 +947,10 @@ fn checker_flags_seeded_overtakes() {
     assert_eq!(report.fifo_pairs_checked, 3);
 }
 
-/// Counting names: four holders' views overlapping on a name of limit 3, a wrong `held` or
-/// `limit` in `waiting`/`not_granted` and a FAILED_PRECONDITION are flagged; three holders at
-/// once are not.
-#[test]
-fn checker_flags_seeded_counting_violations() {
-    use checker::Event;
-    let ms = Duration::from_millis;
-    // Name 0 is exclusive, name 1 a counting lease of limit 3.
-    let workload = Workload {
+/// The workload the seeded counting tests replay events against: name 0 exclusive, name 1 a
+/// counting lease of limit 3, no clients of their own.
+fn seeded_counting_workload() -> Workload {
+    Workload {
         clients: 0,
         names: 1,
         counting: Counting {
@@ -965,7 +960,17 @@ fn checker_flags_seeded_counting_violations() {
         },
         gc_pauses: false,
         ..ci_workload()
-    };
+    }
+}
+
+/// Counting names: four holders' views overlapping on a name of limit 3, a wrong `held` or
+/// `limit` in `waiting`/`not_granted` and a FAILED_PRECONDITION are flagged; three holders at
+/// once are not.
+#[test]
+fn checker_flags_seeded_counting_violations() {
+    use checker::Event;
+    let ms = Duration::from_millis;
+    let workload = seeded_counting_workload();
     let granted = |lease, name, token, sent, received| Event::Granted {
         lease,
         client: lease,
@@ -1051,17 +1056,7 @@ fn checker_flags_seeded_counting_violations() {
 fn checker_flags_seeded_counting_overtakes() {
     use checker::{Event, WaitOutcome};
     let ms = Duration::from_millis;
-    let workload = Workload {
-        clients: 0,
-        names: 1,
-        counting: Counting {
-            clients: 0,
-            names: 1,
-            limit: 3,
-        },
-        gc_pauses: false,
-        ..ci_workload()
-    };
+    let workload = seeded_counting_workload();
     let granted = |lease, name, token, sent, received| Event::Granted {
         lease,
         client: lease,

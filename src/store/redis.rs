@@ -129,6 +129,21 @@ struct LeaseKeys {
     holders: String,
 }
 
+impl LeaseKeys {
+    /// The KEYS of release.lua, leave.lua and status.lua, in the order their headers list.
+    fn for_queue_scripts(self) -> Vec<String> {
+        vec![
+            self.lease,
+            self.owner,
+            self.queue,
+            self.replicas,
+            self.wake,
+            self.permits,
+            self.holders,
+        ]
+    }
+}
+
 impl RedisStore {
     /// Starts connecting to Redis and returns at once: until Redis answers, requests fail with
     /// `UNAVAILABLE` after the command timeout and [`LeaseStore::ping`] fails. Reconnects forever.
@@ -577,15 +592,7 @@ impl LeaseStore for RedisStore {
                 "release",
                 name,
                 &self.scripts.release,
-                vec![
-                    keys.lease,
-                    keys.owner,
-                    keys.queue,
-                    keys.replicas,
-                    keys.wake,
-                    keys.permits,
-                    keys.holders,
-                ],
+                keys.for_queue_scripts(),
                 vec![lease_id.expose().to_owned()],
             )
             .await?;
@@ -639,15 +646,7 @@ impl LeaseStore for RedisStore {
             "leave",
             name,
             &self.scripts.leave,
-            vec![
-                keys.lease,
-                keys.owner,
-                keys.queue,
-                keys.replicas,
-                keys.wake,
-                keys.permits,
-                keys.holders,
-            ],
+            keys.for_queue_scripts(),
             entries.to_vec(),
         )
         .await?
@@ -666,15 +665,7 @@ impl LeaseStore for RedisStore {
                 "status",
                 name,
                 &self.scripts.status,
-                vec![
-                    keys.lease,
-                    keys.owner,
-                    keys.queue,
-                    keys.replicas,
-                    keys.wake,
-                    keys.permits,
-                    keys.holders,
-                ],
+                keys.for_queue_scripts(),
                 args,
             )
             .await?;

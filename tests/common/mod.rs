@@ -32,22 +32,14 @@ pub async fn acquire_all(
     ttl_ms: i64,
     wait_ms: i64,
 ) -> Result<Vec<acquire_response::Result>, tonic::Status> {
-    let mut stream = client
-        .acquire(AcquireRequest {
-            name: name.into(),
-            holder: holder.into(),
-            ttl_ms,
-            wait_ms,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let mut messages = Vec::new();
-    while let Some(message) = stream.next().await {
-        let AcquireResponse { result } = message?;
-        messages.push(result.expect("AcquireResponse without a result"));
-    }
-    Ok(messages)
+    let request = AcquireRequest {
+        name: name.into(),
+        holder: holder.into(),
+        ttl_ms,
+        wait_ms,
+        ..Default::default()
+    };
+    acquire_request_all(client, request).await
 }
 
 /// Starts an `Acquire` that waits up to `wait_ms` (TTL 30 s) for a busy lease and returns once
@@ -59,21 +51,14 @@ pub async fn start_waiting(
     holder: &str,
     wait_ms: i64,
 ) -> (tonic::Streaming<AcquireResponse>, Waiting) {
-    let mut stream = client
-        .acquire(AcquireRequest {
-            name: name.into(),
-            holder: holder.into(),
-            ttl_ms: 30_000,
-            wait_ms,
-            ..Default::default()
-        })
-        .await
-        .expect("Acquire failed")
-        .into_inner();
-    match next_result(&mut stream).await {
-        acquire_response::Result::Waiting(waiting) => (stream, waiting),
-        other => panic!("expected waiting first, got {other:?}"),
-    }
+    let request = AcquireRequest {
+        name: name.into(),
+        holder: holder.into(),
+        ttl_ms: 30_000,
+        wait_ms,
+        ..Default::default()
+    };
+    start_waiting_request(client, request).await
 }
 
 /// [`start_waiting`] that answers the status instead of panicking: a refusal such as
@@ -460,3 +445,62 @@ pub fn now_unix_ms() -> i64 {
         .expect("the clock is after 1970")
         .as_millis() as i64
 }
+
+/// The servers of one scenario: two `leased` replicas on one redis-server, or one server on the
+/// embedded store.
+pub struct Replicas {
+    servers: Vec<Leased>,
+    _redis: Option<RedisServer>,
+}
+
+impl Replicas {
+    pub async fn memory() -> Self {
+        Replicas {
+            servers: vec![Leased::start(None).await],
+            _redis: None,
+        }
+    }
+
+    pub async fn redis() -> Self {
+        let redis = RedisServer::start();
+        Replicas {
+            servers: vec![
+                Leased::start(Some(redis.url())).await,
+                Leased::start(Some(redis.url())).await,
+            ],
+            _redis: Some(redis),
+        }
+    }
+
+    /// A new client of replica `index` (modulo the number of replicas): consecutive indexes
+    /// alternate between the replicas on Redis.
+    pub async fn client(&self, index: usize) -> LeaseServiceClient<Channel> {
+        self.servers[index % self.servers.len()].client().await
+    }
+}
+
+/// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`; each scenario is
+/// an `async fn(&Replicas)` in the test file, which must have [`Replicas`] in scope.
+#[allow(unused_macros)] // each test binary uses a different part of the helpers
+macro_rules! on_both_stores {
+    ($($scenario:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(&super::Replicas::memory().await).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(&super::Replicas::redis().await).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_stores;
