@@ -5,12 +5,14 @@
 pub mod limits;
 pub mod queue;
 pub mod waiting;
+pub mod watch;
 
 use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use crate::error::Result;
 pub use limits::Limits;
 pub use queue::{Placement, Waiters};
+pub use watch::Watchers;
 
 /// A validated lease name: 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -107,6 +109,16 @@ pub struct Expiry {
     /// When the lease expires, Unix milliseconds on the store's clock. In the lock-delay after
     /// an expiry it is past while `remaining_ms` is not yet 0.
     pub at_unix_ms: i64,
+    /// The grant's lock-delay (0 for none): `remaining_ms` counts it.
+    pub lock_delay_ms: i64,
+}
+
+impl Expiry {
+    /// Milliseconds from the store's "now" until the TTL expires (the lock-delay not counted);
+    /// zero or less once it has: the holder no longer holds it, even while the delay runs.
+    pub fn held_ms(&self) -> i64 {
+        self.remaining_ms - self.lock_delay_ms
+    }
 }
 
 /// How many permits of a name are taken, and which frees soonest: what a caller that was not
@@ -207,22 +219,94 @@ pub enum RenewOutcome {
 }
 
 /// Why a renewal found the lease no longer the caller's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseGone {
     /// Nobody holds it: the TTL passed (the lock-delay may still run) or it was released.
     ExpiredOrReleased,
     /// Someone else holds it now.
     HeldByAnother,
+    /// An operator revoked it (`LeaseAdminService.Revoke`) with this reason.
+    Revoked { reason: String },
 }
 
 impl LeaseGone {
-    /// The text sent to clients in `Lost.reason`.
-    pub fn as_str(self) -> &'static str {
+    /// The kind of loss, for metrics labels and logs.
+    pub fn kind(&self) -> &'static str {
         match self {
             LeaseGone::ExpiredOrReleased => "expired or released",
             LeaseGone::HeldByAnother => "held by another holder",
+            LeaseGone::Revoked { .. } => "revoked",
         }
     }
+
+    /// The text sent to clients in `Lost.reason`: the kind, and an operator's reason.
+    pub fn reason(&self) -> String {
+        match self {
+            LeaseGone::Revoked { reason } => format!("revoked: {reason}"),
+            other => other.kind().to_owned(),
+        }
+    }
+}
+
+/// A grant that [`LeaseStore::revoke`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revoked {
+    pub fencing_token: u64,
+    /// The revoked grant's `holder` string, for the audit log.
+    pub holder: String,
+}
+
+/// A change of holder that a store saw, as it reports it to [`Watchers`], in the store's order.
+/// Expiries are not reported by the stores (nothing runs when a TTL passes): the watch tending
+/// task times them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseChange {
+    pub cause: ChangeCause,
+    /// The `holder` string of the grant this change is about.
+    pub holder: String,
+    pub fencing_token: u64,
+    /// The limit of the grant (1: an exclusive lease).
+    pub limit: u32,
+    /// For a grant: its TTL, from which the watchers time its expiry; 0 otherwise.
+    pub ttl_ms: i64,
+    /// When the grant expires (expired), Unix ms on the store's clock.
+    pub expires_at_ms: i64,
+    /// For a revoke: the operator's reason; empty otherwise.
+    pub reason: String,
+}
+
+/// What happened, in a [`LeaseChange`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeCause {
+    Granted,
+    Released,
+    Revoked,
+}
+
+/// A validated `ListRequest.prefix`: 0 to 256 bytes of the name alphabet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListPrefix(pub(crate) String);
+
+impl ListPrefix {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One held lease on a page of [`LeaseStore::list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedLease {
+    pub name: LeaseName,
+    /// As `describe` answers; `holders` is never empty.
+    pub description: Description,
+}
+
+/// One page of [`LeaseStore::list`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListPage {
+    pub leases: Vec<ListedLease>,
+    /// Where the next page starts (opaque, made by the store); `None` when the listing is done.
+    pub next_page_token: Option<String>,
 }
 
 /// Where lease state lives. Each method is one atomic step in the store; none of them waits for a
@@ -280,15 +364,54 @@ pub trait LeaseStore: Send + Sync + 'static {
         entries: &[String],
     ) -> impl Future<Output = Result<QueueStatus>> + Send;
 
-    /// Starts delivering wake-ups for `name` to [`Waiters`]; counted, ended by [`Self::unlisten`].
+    /// Starts delivering wake-ups for `name` to [`Waiters`] and its changes to [`Watchers`];
+    /// counted, ended by [`Self::unlisten`].
     fn listen(&self, name: &LeaseName);
 
     /// Stops delivering wake-ups for `name` once every `listen` is matched.
     fn unlisten(&self, name: &LeaseName);
+
+    /// Ends the grants of `name` (the one with `fencing_token` only, if given: `None` ends every
+    /// permit) at once, without lock-delay, like a release by their holders; wakes the callers in
+    /// line that the freed permits go to. A revoked holder's next renewal answers
+    /// [`LeaseGone::Revoked`] with `reason` (for at least the revoked grant's TTL). Empty when
+    /// nothing matched.
+    fn revoke(
+        &self,
+        name: &LeaseName,
+        fencing_token: Option<u64>,
+        reason: &str,
+    ) -> impl Future<Output = Result<Vec<Revoked>>> + Send;
+
+    /// One page of the leases held now whose names start with `prefix`: at most `page_size`,
+    /// possibly fewer (even none) with a next page, for a bounded cost per page. `page_token` is
+    /// a previous page's `next_page_token`; one this store did not make for this prefix is
+    /// `INVALID_ARGUMENT` naming `page_token`. Every lease held for the whole listing appears on
+    /// exactly one page.
+    fn list(
+        &self,
+        prefix: &ListPrefix,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> impl Future<Output = Result<ListPage>> + Send;
+
+    /// Keeps this replica registered as watching `name` (`watching`), so that the store reports
+    /// its changes to [`Watchers`], or unregisters it (`false`). Called about every second while
+    /// anyone watches here; a registration not kept alive lapses after a few seconds. Answers
+    /// whether the registration was already in place: `false` when the store lost it (data
+    /// loss), so changes may have gone unreported.
+    fn keep_watching(
+        &self,
+        name: &LeaseName,
+        watching: bool,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Succeeds when the store can answer requests and deliver wake-ups; drives the health status.
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;
 
     /// This replica's waiting callers, which the store wakes.
     fn waiters(&self) -> &Arc<Waiters>;
+
+    /// This replica's watchers, to which the store reports changes of holder.
+    fn watchers(&self) -> &Arc<Watchers>;
 }

@@ -114,17 +114,15 @@ async fn renew_one<S: LeaseStore>(
                 expires_at: Some(proto::timestamp_from_unix_ms(expires_at_ms)),
             })
         }
-        RenewOutcome::Lost(reason) => {
+        RenewOutcome::Lost(gone) => {
             held.lost(&name, &lease_id);
             metrics()
                 .losses
-                .get_or_create(&KindLabels {
-                    kind: reason.as_str(),
-                })
+                .get_or_create(&KindLabels { kind: gone.kind() })
                 .inc();
-            tracing::debug!(rpc = "Renew", %name, reason = reason.as_str(), "lost");
+            tracing::debug!(rpc = "Renew", %name, reason = gone.kind(), "lost");
             renew_response::Result::Lost(Lost {
-                reason: reason.as_str().to_owned(),
+                reason: gone.reason(),
             })
         }
     };
