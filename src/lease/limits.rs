@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LeaseId, LeaseName, ValidatedAcquire};
+use super::{LeaseId, LeaseName, ListPrefix, ValidatedAcquire};
 use crate::error::{Error, Result};
 
 /// Longest accepted lease name, in bytes.
@@ -12,6 +12,12 @@ pub const MAX_NAME_BYTES: usize = 256;
 pub const MAX_HOLDER_BYTES: usize = 256;
 /// Longest accepted lease id, in bytes.
 pub const MAX_LEASE_ID_BYTES: usize = 128;
+/// Longest accepted revoke reason, in bytes.
+pub const MAX_REASON_BYTES: usize = 256;
+/// List's page size when the request leaves it 0.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Largest page List serves: each listed lease costs the store one read.
+pub const MAX_PAGE_SIZE: usize = 1000;
 /// Shortest accepted TTL: shorter leases would expire before a round trip completes.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// Longest accepted lock-delay: long enough for any pause a holder can notice, short enough
@@ -178,6 +184,65 @@ pub fn parse_lease_id(lease_id: &str) -> Result<LeaseId> {
     Ok(LeaseId(lease_id.to_owned()))
 }
 
+/// Validates a List prefix: 0 to 256 bytes of the name alphabet (empty lists every name).
+pub fn parse_list_prefix(prefix: &str) -> Result<ListPrefix> {
+    if prefix.len() > MAX_NAME_BYTES {
+        return Err(Error::invalid(
+            "prefix",
+            format!("must be at most {MAX_NAME_BYTES} bytes"),
+        ));
+    }
+    if let Some(bad) = prefix.chars().find(|c| !is_name_char(*c)) {
+        return Err(Error::invalid(
+            "prefix",
+            format!("may contain only A-Z a-z 0-9 . _ - : / @, found {bad:?}"),
+        ));
+    }
+    Ok(ListPrefix(prefix.to_owned()))
+}
+
+/// Validates List's `page_size`: 0 means [`DEFAULT_PAGE_SIZE`], at most [`MAX_PAGE_SIZE`].
+pub fn parse_page_size(page_size: u32) -> Result<usize> {
+    match page_size as usize {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        size if size > MAX_PAGE_SIZE => Err(Error::invalid(
+            "page_size",
+            format!("must be at most {MAX_PAGE_SIZE} (0: {DEFAULT_PAGE_SIZE}), got {size}"),
+        )),
+        size => Ok(size),
+    }
+}
+
+/// Validates a Revoke reason: required, at most 256 bytes, shown to the revoked holder and
+/// written to the log, so without control or bidirectional formatting characters.
+pub fn parse_reason(reason: &str) -> Result<&str> {
+    if reason.is_empty() {
+        return Err(Error::invalid(
+            "reason",
+            "is required: say why, for the audit log and the revoked holder",
+        ));
+    }
+    if reason.len() > MAX_REASON_BYTES {
+        return Err(Error::invalid(
+            "reason",
+            format!("must be at most {MAX_REASON_BYTES} bytes"),
+        ));
+    }
+    refuse_hidden_characters("reason", reason)?;
+    Ok(reason)
+}
+
+/// Validates a fencing token to check: tokens start at 1, so 0 is a missing field.
+pub fn parse_fencing_token(token: u64) -> Result<u64> {
+    match token {
+        0 => Err(Error::invalid(
+            "fencing_token",
+            "is required (the token from Granted)",
+        )),
+        token => Ok(token),
+    }
+}
+
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/' | '@')
 }
@@ -223,6 +288,29 @@ fn refuse_hidden_characters(field: &'static str, text: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_and_revoke_fields_name_themselves_when_refused() {
+        assert_eq!(parse_list_prefix("").unwrap().as_str(), "");
+        assert!(parse_list_prefix("jobs/").is_ok());
+        let field = |error: Error| match error {
+            Error::InvalidArgument { field, .. } => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(parse_list_prefix("jobs/*").unwrap_err()), "prefix");
+        assert_eq!(
+            field(parse_list_prefix(&"a".repeat(257)).unwrap_err()),
+            "prefix"
+        );
+        assert_eq!(parse_page_size(0).unwrap(), DEFAULT_PAGE_SIZE);
+        assert_eq!(parse_page_size(1000).unwrap(), 1000);
+        assert_eq!(field(parse_page_size(1001).unwrap_err()), "page_size");
+        assert_eq!(field(parse_reason("").unwrap_err()), "reason");
+        assert_eq!(field(parse_reason("wedged\x1b[2J").unwrap_err()), "reason");
+        assert_eq!(field(parse_reason(&"r".repeat(257)).unwrap_err()), "reason");
+        assert!(parse_reason("holder wedged, INC-42").is_ok());
+        assert_eq!(field(parse_fencing_token(0).unwrap_err()), "fencing_token");
+    }
 
     #[test]
     fn names_accept_the_documented_alphabet_only() {

@@ -22,7 +22,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         request: AcquireRequest,
-    ) -> Result<Response<ResponseStream<AcquireResponse>>, Status> {
+    ) -> crate::error::Result<Response<ResponseStream<AcquireResponse>>> {
         let request = self.limits.validate_acquire(AcquireFields {
             name: &request.name,
             holder: request.holder,

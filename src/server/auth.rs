@@ -6,6 +6,9 @@
 //!     { "client": "payments", "token": "…", "prefixes": ["payments/"],
 //!       "operations": ["acquire", "renew", "release", "describe"] } ] }
 //! ```
+//!
+//! The operations: `acquire`, `renew`, `release`, `describe`, `watch`, `check` (CheckToken),
+//! `list` and `revoke` (LeaseAdminService). A token may do only what it lists.
 
 use std::{
     collections::HashMap,
@@ -18,10 +21,11 @@ use tonic::metadata::MetadataMap;
 
 use crate::{
     error::{Error, Result},
-    lease::LeaseName,
+    lease::{LeaseName, ListPrefix},
 };
 
-/// What a token may be allowed to do.
+/// What a token may be allowed to do. No token may do anything it does not list: in particular
+/// `revoke` (ending someone else's lease) is only for tokens that name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Operation {
@@ -29,6 +33,13 @@ pub enum Operation {
     Renew,
     Release,
     Describe,
+    Watch,
+    /// CheckToken.
+    Check,
+    /// LeaseAdminService.List.
+    List,
+    /// LeaseAdminService.Revoke.
+    Revoke,
 }
 
 /// One entry of the tokens file.
@@ -60,16 +71,37 @@ pub struct Principal {
 impl Principal {
     /// Allows `operation` on `name`, or answers `PERMISSION_DENIED`.
     pub fn authorize(&self, operation: Operation, name: &LeaseName) -> Result<()> {
-        if !self.operations.contains(&operation) {
-            return Err(Error::PermissionDenied(format!(
-                "token {:?} may not {operation:?}",
-                self.client
-            )));
-        }
+        self.authorize_operation(operation)?;
         if !self.prefixes.iter().any(|p| name.as_str().starts_with(p)) {
             return Err(Error::PermissionDenied(format!(
                 "token {:?} may not use the lease name {name:?}",
                 self.client
+            )));
+        }
+        Ok(())
+    }
+
+    /// Allows listing the names under `prefix`: only if every such name is one this token may
+    /// use, i.e. `prefix` starts with one of its prefixes.
+    pub fn authorize_list(&self, prefix: &ListPrefix) -> Result<()> {
+        self.authorize_operation(Operation::List)?;
+        if !self.prefixes.iter().any(|p| prefix.as_str().starts_with(p)) {
+            return Err(Error::PermissionDenied(format!(
+                "token {:?} may not list the names under {:?}: list under one of its prefixes ({})",
+                self.client,
+                prefix.as_str(),
+                self.prefixes.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    fn authorize_operation(&self, operation: Operation) -> Result<()> {
+        if !self.operations.contains(&operation) {
+            return Err(Error::PermissionDenied(format!(
+                "token {:?} may not {}",
+                self.client,
+                format!("{operation:?}").to_lowercase()
             )));
         }
         Ok(())
@@ -158,5 +190,83 @@ pub(super) async fn reload_on_sighup(auth: Arc<Authenticator>) {
             Ok(count) => tracing::info!(tokens = count, "auth tokens reloaded"),
             Err(error) => tracing::error!(%error, "auth tokens not reloaded; the old ones stay"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::limits::{parse_list_prefix, parse_name};
+
+    fn principal(prefixes: &[&str], operations: &[Operation]) -> Principal {
+        Principal {
+            client: "ops".into(),
+            prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
+            operations: operations.to_vec(),
+        }
+    }
+
+    /// A token lists what it may do; nothing else is implied: describe gives no watch, and
+    /// nothing gives revoke but `revoke` itself.
+    #[test]
+    fn operations_are_only_those_listed() {
+        let reader = principal(
+            &[""],
+            &[
+                Operation::Acquire,
+                Operation::Renew,
+                Operation::Release,
+                Operation::Describe,
+            ],
+        );
+        let name = parse_name("jobs/nightly").unwrap();
+        assert!(reader.authorize(Operation::Describe, &name).is_ok());
+        for denied in [Operation::Watch, Operation::Check, Operation::Revoke] {
+            let error = reader.authorize(denied, &name).unwrap_err();
+            assert!(matches!(error, Error::PermissionDenied(_)), "{error:?}");
+        }
+        let message = reader.authorize(Operation::Revoke, &name).unwrap_err();
+        assert!(message.to_string().contains("may not revoke"), "{message}");
+        let revoker = principal(&["jobs/"], &[Operation::Revoke]);
+        assert!(revoker.authorize(Operation::Revoke, &name).is_ok());
+        let elsewhere = parse_name("payments/ledger").unwrap();
+        assert!(revoker.authorize(Operation::Revoke, &elsewhere).is_err());
+    }
+
+    /// Listing a prefix needs every name under it to be the token's.
+    #[test]
+    fn list_stays_inside_the_token_prefixes() {
+        let lister = principal(&["payments/"], &[Operation::List]);
+        let list = |prefix: &str| lister.authorize_list(&parse_list_prefix(prefix).unwrap());
+        assert!(list("payments/").is_ok());
+        assert!(list("payments/eu").is_ok());
+        assert!(list("").is_err());
+        assert!(list("pay").is_err());
+        assert!(list("jobs/").is_err());
+        let no_list = principal(&[""], &[Operation::Describe]);
+        assert!(
+            no_list
+                .authorize_list(&parse_list_prefix("").unwrap())
+                .is_err()
+        );
+    }
+
+    /// The tokens file spells the new operations in lowercase.
+    #[test]
+    fn tokens_file_names_the_new_operations() {
+        let entry: TokenEntry = serde_json::from_str(
+            r#"{"client": "c", "token": "0123456789abcdef", "prefixes": [""],
+                "operations": ["watch", "check", "list", "revoke"]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            entry.operations,
+            [
+                Operation::Watch,
+                Operation::Check,
+                Operation::List,
+                Operation::Revoke
+            ]
+        );
     }
 }

@@ -475,12 +475,38 @@ impl Transport {
     }
 }
 
-impl Connected for Connection {
-    type ConnectInfo = TcpConnectInfo;
+/// What a handler may know about the connection a call came on (a request extension).
+#[derive(Clone, Debug)]
+pub struct ConnectionInfo {
+    pub tcp: TcpConnectInfo,
+    /// The subject of the client certificate, on an mTLS connection (e.g. "CN=ops-alice").
+    pub peer_subject: Option<Arc<str>>,
+}
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.transport.tcp().connect_info()
+impl Connected for Connection {
+    type ConnectInfo = ConnectionInfo;
+
+    fn connect_info(&self) -> ConnectionInfo {
+        let peer_subject = match &self.transport {
+            Transport::Plain(_) => None,
+            Transport::Tls(stream) => stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|certificate| certificate_subject(certificate.as_ref())),
+        };
+        ConnectionInfo {
+            tcp: self.transport.tcp().connect_info(),
+            peer_subject,
+        }
     }
+}
+
+/// The subject of a DER certificate (already verified by rustls against the client CA).
+fn certificate_subject(der: &[u8]) -> Option<Arc<str>> {
+    let (_, certificate) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(certificate.subject().to_string().into())
 }
 
 impl AsyncRead for Connection {

@@ -1,5 +1,5 @@
-//! `grpc.health.v1`: the overall status (`""`) and `lease.v1.LeaseService` follow whether the
-//! store answers and whether the server drains; `leased.liveness` only says the process runs.
+//! `grpc.health.v1`: the overall status (`""`), `lease.v1.LeaseService` and
+//! `lease.v1.LeaseAdminService` follow whether the store answers and whether the server drains; `leased.liveness` only says the process runs.
 
 use std::{sync::Arc, time::Duration};
 
@@ -10,7 +10,11 @@ use tonic_health::{
     server::{HealthReporter, HealthService},
 };
 
-use crate::{lease::LeaseStore, proto::lease_service_server::SERVICE_NAME, shutdown::Shutdown};
+use crate::{
+    lease::LeaseStore,
+    proto::{lease_admin_service_server, lease_service_server},
+    shutdown::Shutdown,
+};
 
 /// The health service name that reports only that the process is alive (not Redis, not draining).
 pub const LIVENESS_SERVICE: &str = "leased.liveness";
@@ -81,12 +85,17 @@ async fn follow_store<S: LeaseStore>(store: Arc<S>, reporter: HealthReporter, sh
     }
 }
 
-/// Sets both the overall status (`""`) and the `lease.v1.LeaseService` status.
+/// Sets the overall status (`""`) and both lease services' statuses.
 async fn set_serving(reporter: &HealthReporter, serving: bool) {
     let status = match serving {
         true => ServingStatus::Serving,
         false => ServingStatus::NotServing,
     };
     reporter.set_service_status("", status).await;
-    reporter.set_service_status(SERVICE_NAME, status).await;
+    reporter
+        .set_service_status(lease_service_server::SERVICE_NAME, status)
+        .await;
+    reporter
+        .set_service_status(lease_admin_service_server::SERVICE_NAME, status)
+        .await;
 }

@@ -10,6 +10,7 @@
 //! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens.
 
 mod acquire;
+mod admin;
 pub mod auth;
 pub mod connections;
 mod health;
@@ -18,6 +19,7 @@ mod options;
 mod renew;
 mod routes;
 mod service;
+mod watch;
 
 use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 

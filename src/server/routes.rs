@@ -1,28 +1,37 @@
-//! Which gRPC services each port carries: the main port serves the lease API, health and
-//! reflection; the optional plaintext health port serves health (and its reflection) only.
+//! Which gRPC services each port carries: the main port serves the lease API (`LeaseService`
+//! and `LeaseAdminService`), health and reflection; the optional plaintext health port serves health (and its reflection) only.
 
 use std::sync::Arc;
 
 use tonic::service::Routes;
 
-use super::{LeaseServiceImpl, ServerOptions, health::Health};
+use super::{LeaseServiceImpl, ServerOptions, admin::LeaseAdminServiceImpl, health::Health};
 use crate::{
     error::StartupError,
     lease::LeaseStore,
-    proto::{self, lease_service_server::LeaseServiceServer},
+    proto::{
+        self, lease_admin_service_server::LeaseAdminServiceServer,
+        lease_service_server::LeaseServiceServer,
+    },
     shutdown::Shutdown,
 };
 
-/// `lease.v1.LeaseService`, `grpc.health.v1` and server reflection for both.
+/// `lease.v1.LeaseService`, `lease.v1.LeaseAdminService`, `grpc.health.v1` and server reflection
+/// for all three.
 pub(super) fn grpc_port<S: LeaseStore>(
     store: Arc<S>,
     options: &ServerOptions,
     health: &Health,
     shutdown: Shutdown,
 ) -> Result<Routes, StartupError> {
+    let admin_service =
+        LeaseAdminServiceServer::new(LeaseAdminServiceImpl::new(store.clone(), options))
+            .max_decoding_message_size(options.max_message_bytes);
     let lease_service = LeaseServiceServer::new(LeaseServiceImpl::new(store, options, shutdown))
         .max_decoding_message_size(options.max_message_bytes);
-    let routes = Routes::new(lease_service).add_service(health.service());
+    let routes = Routes::new(lease_service)
+        .add_service(admin_service)
+        .add_service(health.service());
     with_reflection(
         routes,
         &[

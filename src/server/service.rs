@@ -13,13 +13,14 @@ use super::{
 };
 use crate::{
     lease::{
-        LeaseName, LeaseStore, Limits,
-        limits::{parse_lease_id, parse_name},
+        Description, HolderInfo, LeaseName, LeaseStore, Limits,
+        limits::{parse_fencing_token, parse_lease_id, parse_name},
     },
     metrics::metrics,
     proto::{
-        self, AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, ReleaseRequest,
-        ReleaseResponse, RenewRequest, RenewResponse, lease_service_server::LeaseService,
+        self, AcquireRequest, AcquireResponse, CheckTokenRequest, CheckTokenResponse,
+        DescribeRequest, DescribeResponse, ReleaseRequest, ReleaseResponse, RenewRequest,
+        RenewResponse, WatchEvent, WatchRequest, lease_service_server::LeaseService,
     },
     shutdown::Shutdown,
 };
@@ -55,11 +56,19 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
     pub(super) fn authenticate<T>(
         &self,
         request: &Request<T>,
-    ) -> Result<Option<Principal>, Status> {
-        match &self.auth {
-            None => Ok(None),
-            Some(auth) => Ok(Some(auth.authenticate(request.metadata())?)),
-        }
+    ) -> crate::error::Result<Option<Principal>> {
+        authenticate(&self.auth, request)
+    }
+}
+
+/// Who is calling, when access control is on (`None`: it is off, everyone may do anything).
+pub(super) fn authenticate<T>(
+    auth: &Option<Arc<Authenticator>>,
+    request: &Request<T>,
+) -> crate::error::Result<Option<Principal>> {
+    match auth {
+        None => Ok(None),
+        Some(auth) => Ok(Some(auth.authenticate(request.metadata())?)),
     }
 }
 
@@ -78,51 +87,77 @@ pub(super) fn authorize(
 impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
     type AcquireStream = ResponseStream<AcquireResponse>;
     type RenewStream = ResponseStream<RenewResponse>;
+    type WatchStream = ResponseStream<WatchEvent>;
 
     async fn acquire(
         &self,
         request: Request<AcquireRequest>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
-        let started = std::time::Instant::now();
-        let principal = self.authenticate(&request)?;
-        self.acquire_stream(principal, request.into_inner())
-            .inspect_err(|status| {
-                // Rejected before a stream existed (bad input): record it here.
-                metrics().record_rpc("Acquire", status.code(), started.elapsed())
-            })
+        // Rejected before a stream existed (no token, bad input): recorded here; a stream records
+        // itself when it ends.
+        rejections_recorded("Acquire", || {
+            let principal = self.authenticate(&request)?;
+            self.acquire_stream(principal, request.into_inner())
+        })
     }
 
     async fn renew(
         &self,
         request: Request<Streaming<RenewRequest>>,
     ) -> Result<Response<Self::RenewStream>, Status> {
-        let principal = self.authenticate(&request)?;
-        Ok(self.renew_stream(principal, request.into_inner()))
+        rejections_recorded("Renew", || {
+            let principal = self.authenticate(&request)?;
+            Ok(self.renew_stream(principal, request.into_inner()))
+        })
     }
 
     async fn release(
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        let principal = self.authenticate(&request)?;
-        recorded("Release", self.release_one(principal, request.into_inner())).await
+        recorded("Release", async {
+            let principal = self.authenticate(&request)?;
+            self.release_one(principal, request.into_inner()).await
+        })
+        .await
     }
 
     async fn describe(
         &self,
         request: Request<DescribeRequest>,
     ) -> Result<Response<DescribeResponse>, Status> {
-        let principal = self.authenticate(&request)?;
-        recorded(
-            "Describe",
-            self.describe_one(principal, request.into_inner()),
-        )
+        recorded("Describe", async {
+            let principal = self.authenticate(&request)?;
+            self.describe_one(principal, request.into_inner()).await
+        })
+        .await
+    }
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        rejections_recorded("Watch", || {
+            let principal = self.authenticate(&request)?;
+            self.watch_stream(principal, request.into_inner())
+        })
+    }
+
+    async fn check_token(
+        &self,
+        request: Request<CheckTokenRequest>,
+    ) -> Result<Response<CheckTokenResponse>, Status> {
+        recorded("CheckToken", async {
+            let principal = self.authenticate(&request)?;
+            self.check_one(principal, request.into_inner()).await
+        })
         .await
     }
 }
 
-/// Runs a unary handler and records its outcome and duration.
-async fn recorded<T>(
+/// Runs a unary handler and records its outcome and duration, rejections (no token, no
+/// permission, bad input) included.
+pub(super) async fn recorded<T>(
     rpc: &'static str,
     handler: impl Future<Output = crate::error::Result<T>>,
 ) -> Result<Response<T>, Status> {
@@ -133,6 +168,20 @@ async fn recorded<T>(
         .map_or_else(Status::code, |_| tonic::Code::Ok);
     metrics().record_rpc(rpc, code, started.elapsed());
     result
+}
+
+/// Opens a streaming RPC; a rejection before the stream exists is recorded here (the stream
+/// records itself when it ends).
+fn rejections_recorded<T>(
+    rpc: &'static str,
+    open: impl FnOnce() -> crate::error::Result<Response<T>>,
+) -> Result<Response<T>, Status> {
+    let started = std::time::Instant::now();
+    open().map_err(|error| {
+        let status = Status::from(error);
+        metrics().record_rpc(rpc, status.code(), started.elapsed());
+        status
+    })
 }
 
 impl<S: LeaseStore> LeaseServiceImpl<S> {
@@ -152,6 +201,20 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         Ok(ReleaseResponse { released })
     }
 
+    async fn check_one(
+        &self,
+        principal: Option<Principal>,
+        request: CheckTokenRequest,
+    ) -> crate::error::Result<CheckTokenResponse> {
+        let name = parse_name(&request.name)?;
+        authorize(&principal, Operation::Check, &name)?;
+        let token = parse_fencing_token(request.fencing_token)?;
+        let description = self.store.describe(&name).await?;
+        let check = check_token(&description, token);
+        tracing::debug!(rpc = "CheckToken", %name, fencing_token = token, current = check.current);
+        Ok(check)
+    }
+
     async fn describe_one(
         &self,
         principal: Option<Principal>,
@@ -161,18 +224,8 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         authorize(&principal, Operation::Describe, &name)?;
         let description = self.store.describe(&name).await?;
         tracing::debug!(rpc = "Describe", %name, held = description.holders.len());
-        let holders: Vec<proto::HolderInfo> = description
-            .holders
-            .into_iter()
-            .map(|holder| proto::HolderInfo {
-                remaining_ms: holder.remaining_ms_or_minus_one(),
-                expires_at: holder
-                    .expiry
-                    .map(|expiry| proto::timestamp_from_unix_ms(expiry.at_unix_ms)),
-                holder: holder.holder,
-                fencing_token: holder.fencing_token,
-            })
-            .collect();
+        let holders: Vec<proto::HolderInfo> =
+            description.holders.into_iter().map(holder_info).collect();
         // The single-holder fields, which clients from before counting leases read: the holder
         // with the smallest token.
         let first = holders.first().cloned().unwrap_or_default();
@@ -186,5 +239,83 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             holders,
             waiters: description.waiters,
         })
+    }
+}
+
+/// A holder as the proto shows it (never its lease id).
+pub(super) fn holder_info(holder: HolderInfo) -> proto::HolderInfo {
+    proto::HolderInfo {
+        remaining_ms: holder.remaining_ms_or_minus_one(),
+        expires_at: holder
+            .expiry
+            .map(|expiry| proto::timestamp_from_unix_ms(expiry.at_unix_ms)),
+        holder: holder.holder,
+        fencing_token: holder.fencing_token,
+    }
+}
+
+/// CheckToken's answer from a description: a grant in its lock-delay has expired, so it is
+/// neither current nor held.
+fn check_token(description: &Description, token: u64) -> CheckTokenResponse {
+    let holding = |holder: &&HolderInfo| holder.expiry.is_none_or(|expiry| expiry.held_ms() > 0);
+    let current = description
+        .holders
+        .iter()
+        .filter(holding)
+        .any(|holder| holder.fencing_token == token);
+    let largest = description
+        .holders
+        .iter()
+        .filter(holding)
+        .map(|holder| holder.fencing_token)
+        .max();
+    CheckTokenResponse {
+        current,
+        current_token: if current { token } else { largest.unwrap_or(0) },
+        held: largest.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Expiry;
+
+    fn holder(token: u64, remaining_ms: i64, lock_delay_ms: i64) -> HolderInfo {
+        HolderInfo {
+            holder: format!("h{token}"),
+            fencing_token: token,
+            expiry: Some(Expiry {
+                remaining_ms,
+                at_unix_ms: 0,
+                lock_delay_ms,
+            }),
+        }
+    }
+
+    /// Current only for a held grant's own token; a grant in its lock-delay has expired.
+    #[test]
+    fn check_token_follows_the_holders_that_still_hold() {
+        let described = |holders| Description {
+            limit: 3,
+            holders,
+            waiters: 0,
+        };
+        let held = described(vec![holder(7, 500, 0), holder(9, 800, 0)]);
+        let answer = check_token(&held, 7);
+        assert!(answer.current && answer.held);
+        assert_eq!(answer.current_token, 7);
+        let answer = check_token(&held, 8);
+        assert!(!answer.current && answer.held);
+        assert_eq!(answer.current_token, 9);
+
+        let in_delay = described(vec![holder(7, 300, 1000)]);
+        let answer = check_token(&in_delay, 7);
+        assert!(!answer.current && !answer.held);
+        assert_eq!(answer.current_token, 0);
+
+        let free = check_token(&Description::default(), 7);
+        assert!(!free.current && !free.held);
+        assert_eq!(free.current_token, 0);
     }
 }
