@@ -1,5 +1,6 @@
 //! The `leased` client subcommands, run as real processes against a real server on Redis:
-//! `acquire`, `describe`, `release`, and `leased run` (flock(1) for a fleet).
+//! `acquire`, `describe`, `release`, `leased run` (flock(1) for a fleet), `watch`, `check`, and
+//! the operators' `list` and `revoke`.
 
 mod common;
 
@@ -53,10 +54,14 @@ async fn wait_until_held(setup: &Setup, name: &str) {
     }
 }
 
-/// The README's command-line examples run as written (with the lease id acquire printed).
+/// The README's command-line examples run as written. `LEASE_ID` and `FENCING_TOKEN` stand for
+/// what `acquire` printed. The operators' lines (`watch`, `list`, `revoke`) act on the lease as a
+/// wedged `leased run` holds it (started here when the first of them comes; `FENCING_TOKEN` is
+/// then its token), and `leased watch` runs in the background until it shows the revoke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_cli_examples_work() {
     let setup = setup().await;
+    let endpoint = setup.server.endpoint();
     let readme = include_str!("../README.md");
     let section = readme
         .split("\n## ")
@@ -68,35 +73,170 @@ async fn readme_cli_examples_work() {
         .collect();
     assert!(commands.len() >= 4, "{commands:?}");
     let mut lease_id = String::new();
+    let mut fencing_token = String::new();
+    let mut wedged: Option<std::process::Child> = None;
+    let mut watches = Vec::new();
     for line in commands {
-        let line = line.replace("LEASE_ID", &lease_id);
+        let subcommand = line.split_whitespace().nth(1).unwrap_or_default();
+        if ["watch", "list", "revoke"].contains(&subcommand) && wedged.is_none() {
+            let run = leased(&endpoint)
+                .args([
+                    "run",
+                    "nightly-report",
+                    "--ttl",
+                    "10s",
+                    "--holder",
+                    "wedged",
+                ])
+                .args(["--", "sleep", "60"])
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            wait_until_held(&setup, "nightly-report").await;
+            let mut client = setup.server.client().await;
+            fencing_token = describe(&mut client, "nightly-report")
+                .await
+                .fencing_token
+                .to_string();
+            wedged = Some(run);
+        }
+        let line = line
+            .replace("LEASE_ID", &lease_id)
+            .replace("FENCING_TOKEN", &fencing_token);
         let command_line = line.replacen("leased", env!("CARGO_BIN_EXE_leased"), 1);
-        let output = Command::new("sh")
-            .args(["-c", &command_line])
-            .env("LEASED_ENDPOINT", setup.server.endpoint())
-            .output()
-            .unwrap();
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &format!("exec {command_line}")])
+            .env("LEASED_ENDPOINT", &endpoint);
+        if subcommand == "watch" {
+            // Runs until killed: read its lines in the background, from its first (a snapshot).
+            let watch = LineReader::spawn(command);
+            watch.wait_for(&line, |l| l.starts_with("snapshot ")).await;
+            watches.push((line, watch));
+            continue;
+        }
+        let output = command.output().unwrap();
         let text = stdout(&output);
         assert!(
             output.status.success(),
             "{line}: {text} {}",
             String::from_utf8_lossy(&output.stderr)
         );
-        if line.contains(" acquire ") && line.contains("--json") {
-            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(json["granted"], true);
-            lease_id = json["lease_id"].as_str().unwrap().to_owned();
+        match subcommand {
+            "acquire" if line.contains("--json") => {
+                let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(json["granted"], true);
+                lease_id = json["lease_id"].as_str().unwrap().to_owned();
+                fencing_token = json["fencing_token"].to_string();
+            }
+            "describe" if !lease_id.is_empty() => {
+                assert!(text.starts_with("held "), "{text}");
+                assert!(!text.contains(&lease_id), "describe printed the lease id");
+            }
+            "check" => assert!(text.starts_with("current "), "{line}: {text}"),
+            "release" => assert!(text.starts_with("released"), "{text}"),
+            "run" => assert!(text.contains("token "), "{text}"),
+            "list" => assert!(text.contains("nightly-report"), "{line}: {text}"),
+            "revoke" => {
+                assert_eq!(
+                    text.trim_end(),
+                    format!("revoked nightly-report fencing_token={fencing_token}"),
+                    "{line}"
+                );
+                let mut run = wedged.take().expect("the wedged run");
+                let errors =
+                    String::from_utf8_lossy(&exit_within(&mut run, 10).stderr).into_owned();
+                assert!(
+                    errors.contains("lease lost: revoked: "),
+                    "the wedged run: {errors}"
+                );
+            }
+            _ => {}
         }
-        if line.contains(" describe ") && !lease_id.is_empty() {
-            assert!(text.starts_with("held "), "{text}");
-            assert!(!text.contains(&lease_id), "describe printed the lease id");
+    }
+    for (line, watch) in watches {
+        watch
+            .wait_for(&line, |l| l.starts_with("revoked nightly-report "))
+            .await;
+    }
+    if let Some(mut run) = wedged {
+        let _ = run.kill();
+        let _ = run.wait();
+    }
+}
+
+/// Waits up to `seconds` for `child` to exit, and returns its status and what it wrote to its
+/// piped stdout and stderr (empty when not piped).
+fn exit_within(child: &mut std::process::Child, seconds: u64) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(seconds),
+            "still running after {seconds} s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let read = |pipe: Option<&mut dyn std::io::Read>| {
+        let mut bytes = Vec::new();
+        if let Some(pipe) = pipe {
+            pipe.read_to_end(&mut bytes).unwrap();
         }
-        if line.contains(" release ") {
-            assert!(text.starts_with("released"), "{text}");
+        bytes
+    };
+    Output {
+        status: child.wait().unwrap(),
+        stdout: read(child.stdout.as_mut().map(|p| p as &mut dyn std::io::Read)),
+        stderr: read(child.stderr.as_mut().map(|p| p as &mut dyn std::io::Read)),
+    }
+}
+
+/// A process that runs until killed (`leased watch`), its stdout read line by line in the
+/// background. Killed on drop.
+struct LineReader {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl LineReader {
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        std::thread::spawn({
+            let lines = lines.clone();
+            move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    lines.lock().unwrap().push(line);
+                }
+            }
+        });
+        LineReader { child, lines }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 10 s) until a line satisfies `wanted`; panics naming `what` otherwise.
+    async fn wait_for(&self, what: &str, wanted: impl Fn(&str) -> bool) {
+        let found = harness::poll_until_async(what, Duration::from_secs(10), || {
+            std::future::ready(self.lines().iter().any(|l| wanted(l)))
+        })
+        .await;
+        if let Err(error) = found {
+            panic!("{error}; printed {:#?}", self.lines());
         }
-        if line.contains(" run ") {
-            assert!(text.contains("token "), "{text}");
-        }
+    }
+}
+
+impl Drop for LineReader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -796,4 +936,272 @@ fn tempdir() -> std::path::PathBuf {
         std::env::temp_dir().join(format!("leased-cli-{}-{}", std::process::id(), free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// `leased watch` prints one line per event as it happens (text, and `--json` lines), starting
+/// with a snapshot; when the server stops, it exits 1 saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_one_line_per_event_until_the_server_stops() {
+    let mut setup = setup().await;
+    let endpoint = setup.server.endpoint();
+    let mut text = leased(&endpoint);
+    text.args(["watch", "cli/watched"]).stderr(Stdio::piped());
+    let text = LineReader::spawn(text);
+    let mut json = leased(&endpoint);
+    json.args(["watch", "cli/watched", "--json"])
+        .stderr(Stdio::null());
+    let json = LineReader::spawn(json);
+    text.wait_for("the first snapshot", |l| l == "snapshot cli/watched free")
+        .await;
+    json.wait_for("the first snapshot", |l| {
+        l.contains(r#""cause":"snapshot""#)
+    })
+    .await;
+
+    let mut acquire = leased(&endpoint);
+    acquire.args([
+        "acquire",
+        "cli/watched",
+        "--ttl",
+        "30s",
+        "--holder",
+        "ops",
+        "--json",
+    ]);
+    let granted: serde_json::Value = serde_json::from_str(&stdout(&output_of(acquire))).unwrap();
+    let token = granted["fencing_token"].as_u64().unwrap();
+    let lease_id = granted["lease_id"].as_str().unwrap();
+    let granted_line = format!(r#"granted cli/watched holder="ops" fencing_token={token}"#);
+    text.wait_for(&granted_line, |l| l == granted_line).await;
+    let mut release = leased(&endpoint);
+    release.args(["release", "cli/watched", "--lease-id", lease_id]);
+    assert!(output_of(release).status.success());
+    let released_line = format!(r#"released cli/watched holder="ops" fencing_token={token}"#);
+    text.wait_for(&released_line, |l| l == released_line).await;
+    assert_eq!(
+        text.lines(),
+        ["snapshot cli/watched free", &granted_line, &released_line]
+    );
+
+    json.wait_for("the release", |l| l.contains(r#""cause":"released""#))
+        .await;
+    let events: Vec<serde_json::Value> = json
+        .lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let causes: Vec<&str> = events
+        .iter()
+        .map(|e| e["cause"].as_str().unwrap())
+        .collect();
+    assert_eq!(causes, ["snapshot", "granted", "released"]);
+    assert_eq!(events[1]["holder"], "ops");
+    assert_eq!(events[1]["fencing_token"], token);
+    assert_eq!(events[1]["held"], true);
+    assert!(events[1]["expires_at_ms"].as_i64().unwrap() > 0);
+    assert_eq!(events[1]["holders"][0]["holder"], "ops");
+    assert_eq!(events[2]["held"], false);
+    assert!(!json.lines().concat().contains(lease_id));
+
+    setup.server.shut_down();
+    let mut text = text;
+    let output = exit_within(&mut text.child, 15);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{errors}");
+    assert!(errors.starts_with("leased: "), "{errors}");
+}
+
+/// `leased list` reads every page (here of 2) and prints a table sorted by name, holders quoted
+/// and escaped; `--json` prints one object per lease. Leases outside the prefix are not listed;
+/// a page size above 1000 is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_prints_every_held_lease_under_the_prefix() {
+    const HOSTILE: &str = "evil\u{1b}[2J\nfake\u{202e}";
+    let setup = setup().await;
+    let endpoint = setup.server.endpoint();
+    let mut client = setup.server.client().await;
+    let mut tokens = Vec::new();
+    for name in [
+        "cli/list/c",
+        "cli/list/a",
+        "cli/list/b",
+        "cli/listed-not",
+        "other",
+    ] {
+        tokens.push((
+            name,
+            must_acquire(&mut client, name, 60_000).await.fencing_token,
+        ));
+    }
+    setup
+        .redis
+        .command(&["HSET", "leased:{cli/list/b}:owner", "holder", HOSTILE]);
+
+    let mut table = leased(&endpoint);
+    table.args(["list", "cli/list/", "--page-size", "2"]);
+    let output = output_of(table);
+    let text = stdout(&output);
+    assert!(output.status.success(), "{text}");
+    assert_eq!(raw_control_in_lines(&text), None, "{text:?}");
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "NAME",
+            "HOLDER",
+            "FENCING_TOKEN",
+            "REMAINING_MS",
+            "LIMIT",
+            "HOLDERS",
+            "WAITERS"
+        ]
+    );
+    let names: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
+    assert_eq!(names, ["cli/list/a", "cli/list/b", "cli/list/c"], "{text}");
+    let token_of = |name: &str| tokens.iter().find(|(n, _)| *n == name).unwrap().1;
+    assert_eq!(
+        rows[1][1..3],
+        [r#""test""#, &token_of("cli/list/a").to_string()]
+    );
+    assert!(
+        text.contains(r#""evil\u{1b}[2J\nfake\u{202e}""#),
+        "the holder escaped: {text}"
+    );
+
+    let mut json = leased(&endpoint);
+    json.args(["list", "cli/list/", "--json"]);
+    let output = output_of(json);
+    let text = stdout(&output);
+    assert_eq!(raw_control_in_lines(&text), None, "{text:?}");
+    let leases: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(leases.len(), 3, "{text}");
+    assert_eq!(leases[1]["name"], "cli/list/b");
+    assert_eq!(leases[1]["holder"], HOSTILE);
+    assert_eq!(leases[0]["fencing_token"], token_of("cli/list/a"));
+    assert!(leases[0]["remaining_ms"].as_i64().unwrap() > 0);
+    assert_eq!(leases[0]["limit"], 1);
+
+    let mut everything = leased(&endpoint);
+    everything.arg("list");
+    assert_eq!(stdout(&output_of(everything)).lines().count(), 1 + 5);
+
+    let mut too_big = leased(&endpoint);
+    too_big.args(["list", "--page-size", "1001"]);
+    let output = output_of(too_big);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let mut bad_prefix = leased(&endpoint);
+    bad_prefix.args(["list", "no spaces"]);
+    let output = output_of(bad_prefix);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{errors}");
+    assert!(errors.contains("prefix"), "{errors}");
+}
+
+/// `leased check` exits 0 for the holder's token and 1 otherwise; `leased revoke` with a stale
+/// `--fencing-token` revokes nothing (exit 0, `not_revoked`), with the holder's token it ends the lease:
+/// the `leased run` holding it stops its command and exits 76 with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_revoke_end_to_end() {
+    let setup = setup().await;
+    let endpoint = setup.server.endpoint();
+    let mut run = leased(&endpoint)
+        .args(["run", "cli/wedged", "--ttl", "3s", "--holder", "wedged"])
+        .args(["--", "sleep", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_held(&setup, "cli/wedged").await;
+    let mut client = setup.server.client().await;
+    let token = describe(&mut client, "cli/wedged").await.fencing_token;
+
+    let check = |token: &str, json: bool| {
+        let mut check = leased(&endpoint);
+        check.args(["check", "cli/wedged", token]);
+        if json {
+            check.arg("--json");
+        }
+        let output = output_of(check);
+        (output.status.code(), stdout(&output))
+    };
+    assert_eq!(
+        check(&token.to_string(), false),
+        (
+            Some(0),
+            format!("current cli/wedged fencing_token={token}\n")
+        )
+    );
+    let (code, text) = check(&(token - 1).to_string(), false);
+    assert_eq!(code, Some(1), "{text}");
+    assert_eq!(
+        text,
+        format!(
+            "not_current cli/wedged fencing_token={} current_token={token} held=true\n",
+            token - 1
+        )
+    );
+    let (code, text) = check(&token.to_string(), true);
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        (json["current"].clone(), json["held"].clone()),
+        (true.into(), true.into())
+    );
+    assert_eq!(check("0", false).0, Some(2), "token 0 is a usage error");
+
+    let revoke = |args: &[&str]| {
+        let mut revoke = leased(&endpoint);
+        revoke.args(["revoke", "cli/wedged"]).args(args);
+        output_of(revoke)
+    };
+    let stale = (token - 1).to_string();
+    let output = revoke(&["--reason", "stale", "--fencing-token", &stale]);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        stdout(&output),
+        format!("not_revoked cli/wedged (the grant with fencing token {stale} does not hold it)\n")
+    );
+    assert!(describe(&mut client, "cli/wedged").await.held);
+    assert_eq!(revoke(&[]).status.code(), Some(2), "--reason is required");
+    let output = revoke(&["--reason", "a\u{1b}[2Jb"]);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{errors}");
+    assert!(
+        errors.contains("reason") && !errors.contains('\u{1b}'),
+        "{errors}"
+    );
+
+    let output = revoke(&[
+        "--reason",
+        "wedged (INC-7)",
+        "--fencing-token",
+        &token.to_string(),
+        "--json",
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({ "name": "cli/wedged", "revoked": true, "fencing_token": token })
+    );
+    let (code, text) = check(&token.to_string(), false);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.ends_with("current_token=0 held=false\n"), "{text}");
+
+    let output = exit_within(&mut run, 10);
+    let errors = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(LEASE_LOST), "{errors}");
+    assert!(
+        errors.contains("lease lost: revoked: wedged (INC-7)"),
+        "{errors}"
+    );
+    let output = revoke(&["--reason", "again"]);
+    assert_eq!(
+        stdout(&output),
+        "not_revoked cli/wedged (nobody holds it)\n"
+    );
 }

@@ -1,14 +1,20 @@
-//! The Rust client: `LeaseGuard` renewals, loss detection and release on drop, against a real
-//! server on a real Redis; and `examples/guard.rs`, which the README shows.
+//! The Rust client: `LeaseGuard` renewals, loss detection and release on drop, `watch`,
+//! `check_token` and `LeaseAdminClient` (list, revoke, with a bearer token), against a real server
+//! on a real Redis; and `examples/guard.rs`, which the README shows.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
-use leased::client::{
-    AcquireOptions, Acquired, ClientError, LeaseClient, LeaseDescription, LeaseGuard, LostReason,
+use leased::{
+    client::{
+        AcquireOptions, Acquired, ClientError, ConnectOptions, LeaseAdminClient, LeaseClient,
+        LeaseDescription, LeaseGuard, LostReason, TokenCheck, WatchCause, WatchEvent, WatchStream,
+    },
+    config::ServeConfig,
 };
+use tokio_stream::StreamExt;
 
 async fn must_hold(client: &LeaseClient, name: &str, ttl: Duration) -> LeaseGuard {
     must_hold_with(client, name, AcquireOptions::new(ttl)).await
@@ -331,4 +337,380 @@ async fn lock_delay_holds_an_expired_lease_back() {
     );
     assert!(next.fencing_token() > grant.fencing_token);
     assert!(next.release().await.unwrap());
+}
+
+/// The next event of `events` within 10 s; panics if it fails, ends or does not come.
+async fn next_event(events: &mut WatchStream) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("no watch event within 10 s")
+        .expect("the watch ended")
+        .expect("the watch failed")
+}
+
+/// `watch`: a snapshot of the free lease, then granted, released, granted, expired (within a
+/// wide margin of the TTL), granted and revoked with the operator's reason, each naming its grant,
+/// the tokens of grants increasing; the revoked guard's `lost()` says `revoked: <reason>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_reports_every_change_of_holder_in_order() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let mut events = client.watch("watched").await.unwrap();
+    let snapshot = next_event(&mut events).await;
+    assert_eq!(snapshot.cause, WatchCause::Snapshot);
+    assert_eq!(
+        (snapshot.name.as_str(), &snapshot.grant, snapshot.held),
+        ("watched", &None, false)
+    );
+    assert_eq!((snapshot.limit, snapshot.current_holder()), (0, None));
+
+    let with_holder = |holder: &str| AcquireOptions::new(Duration::from_secs(30)).holder(holder);
+    let first = must_hold_with(&client, "watched", with_holder("first")).await;
+    let granted = next_event(&mut events).await;
+    assert_eq!(granted.cause, WatchCause::Granted, "{granted:?}");
+    let grant = granted
+        .grant
+        .as_ref()
+        .expect("a granted event names its grant");
+    assert_eq!(
+        (grant.holder.as_str(), grant.fencing_token),
+        ("first", first.fencing_token())
+    );
+    assert!(grant.expires_at_ms.is_some(), "{granted:?}");
+    assert!(granted.held && granted.limit == 1, "{granted:?}");
+    let holder = granted.current_holder().expect("held");
+    assert_eq!(
+        (holder.holder.as_str(), holder.fencing_token),
+        ("first", first.fencing_token())
+    );
+
+    let first_token = first.fencing_token();
+    assert!(first.release().await.unwrap());
+    let released = next_event(&mut events).await;
+    assert_eq!(released.cause, WatchCause::Released, "{released:?}");
+    assert_eq!(
+        released.grant.as_ref().map(|g| g.fencing_token),
+        Some(first_token)
+    );
+    assert!(!released.held && released.holders.is_empty());
+
+    // Granted without a keepalive: it expires at its TTL.
+    let asked_at = Instant::now();
+    let lapsing = client
+        .acquire_once(
+            "watched",
+            &AcquireOptions::new(Duration::from_millis(500)).holder("lapsing"),
+        )
+        .await
+        .unwrap()
+        .expect("granted");
+    let granted = next_event(&mut events).await;
+    assert_eq!(
+        (
+            granted.cause,
+            granted.grant.as_ref().map(|g| g.fencing_token)
+        ),
+        (WatchCause::Granted, Some(lapsing.fencing_token))
+    );
+    assert!(lapsing.fencing_token > first_token);
+    let expired = next_event(&mut events).await;
+    let after = asked_at.elapsed();
+    assert_eq!(expired.cause, WatchCause::Expired, "{expired:?}");
+    assert_eq!(
+        expired.grant.as_ref().map(|g| g.fencing_token),
+        Some(lapsing.fencing_token)
+    );
+    assert!(!expired.held, "{expired:?}");
+    assert!(
+        after >= Duration::from_millis(450) && after < Duration::from_secs(5),
+        "expired after {after:?}"
+    );
+
+    // A short TTL: the guard renews every second, and learns of the revoke at its next renewal.
+    let last = must_hold_with(
+        &client,
+        "watched",
+        AcquireOptions::new(Duration::from_secs(3)).holder("last"),
+    )
+    .await;
+    let granted = next_event(&mut events).await;
+    assert_eq!(
+        granted.grant.as_ref().map(|g| g.fencing_token),
+        Some(last.fencing_token())
+    );
+    assert!(last.fencing_token() > lapsing.fencing_token);
+    let revoked = client
+        .admin()
+        .revoke("watched", "wedged (INC-1)", None)
+        .await
+        .unwrap();
+    assert_eq!(revoked, Some(last.fencing_token()));
+    let event = next_event(&mut events).await;
+    assert_eq!(event.cause, WatchCause::Revoked, "{event:?}");
+    assert_eq!(
+        (
+            event.grant.as_ref().map(|g| g.fencing_token),
+            event.reason.as_str(),
+            event.held
+        ),
+        (Some(last.fencing_token()), "wedged (INC-1)", false)
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(10), last.lost())
+        .await
+        .expect("the revoked guard's lost() did not fire");
+    assert_eq!(reason, LostReason::Lost("revoked: wedged (INC-1)".into()));
+}
+
+/// `watch` of a name that is not one ends with INVALID_ARGUMENT, as the call's error or the
+/// stream's only item; a watch of a stopped server ends with an error after its events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_says_why_it_ended() {
+    let redis = RedisServer::start();
+    let mut server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let refused = match client.watch("no spaces allowed").await {
+        Err(error) => error,
+        Ok(mut events) => {
+            let error = events.next().await.expect("an item").unwrap_err();
+            assert!(
+                events.next().await.is_none(),
+                "the stream ends after its error"
+            );
+            error
+        }
+    };
+    let ClientError::Status(status) = &refused else {
+        panic!("expected a status, got {refused:?}");
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("name"), "{status:?}");
+
+    let mut events = client.watch("stopping").await.unwrap();
+    assert_eq!(next_event(&mut events).await.cause, WatchCause::Snapshot);
+    server.shut_down();
+    let ended = tokio::time::timeout(Duration::from_secs(15), events.next())
+        .await
+        .expect("the watch outlived the server's drain")
+        .expect("the last item says why the watch ended");
+    assert!(ended.is_err(), "{ended:?}");
+    assert!(events.next().await.is_none());
+}
+
+/// `check_token` is current for the holder's token only, and no longer after the release; token
+/// 0 is refused naming `fencing_token`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_token_is_current_only_while_its_grant_holds() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let guard = must_hold(&client, "checked", Duration::from_secs(30)).await;
+    let token = guard.fencing_token();
+    assert_eq!(
+        client.check_token("checked", token).await.unwrap(),
+        TokenCheck {
+            current: true,
+            current_token: token,
+            held: true
+        }
+    );
+    assert_eq!(
+        client.check_token("checked", token - 1).await.unwrap(),
+        TokenCheck {
+            current: false,
+            current_token: token,
+            held: true
+        }
+    );
+    assert!(guard.release().await.unwrap());
+    assert_eq!(
+        client.check_token("checked", token).await.unwrap(),
+        TokenCheck {
+            current: false,
+            current_token: 0,
+            held: false
+        }
+    );
+    match client.check_token("checked", 0).await {
+        Err(ClientError::Status(status)) => {
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().contains("fencing_token"), "{status:?}");
+        }
+        other => panic!("token 0: expected INVALID_ARGUMENT, got {other:?}"),
+    }
+}
+
+/// `LeaseAdminClient`: `list_all` pages through every lease held under a prefix (and nothing
+/// else) exactly once, with its holders; `list_page` stops at the page size with a token;
+/// `revoke` with a stale token revokes nothing, with the holder's token it ends that lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_lists_every_lease_once_and_revokes_only_the_grant_named() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let options = AcquireOptions::new(Duration::from_secs(60)).holder("lister");
+    let mut tokens = std::collections::BTreeMap::new();
+    for name in (0..25)
+        .map(|i| format!("team/job-{i:02}"))
+        .chain(["other/job".into(), "teams".into()])
+    {
+        let grant = client
+            .acquire_once(&name, &options)
+            .await
+            .unwrap()
+            .expect("granted");
+        tokens.insert(name, grant.fencing_token);
+    }
+    // A short TTL: the guards renew every second, and learn of the revoke at the next renewal.
+    let permits = AcquireOptions::new(Duration::from_secs(3)).limit(3);
+    let pool = [
+        must_hold_with(&client, "team/pool", permits.clone().holder("p1")).await,
+        must_hold_with(&client, "team/pool", permits.holder("p2")).await,
+    ];
+
+    let admin = LeaseAdminClient::connect(server.endpoint()).await.unwrap();
+    let listed = admin.list_all("team/", 10).await.unwrap();
+    let mut names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
+    names.sort();
+    let mut expected: Vec<&str> = tokens
+        .keys()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("team/"))
+        .chain(["team/pool"])
+        .collect();
+    expected.sort();
+    assert_eq!(names, expected, "each lease under team/ exactly once");
+    for lease in &listed {
+        if lease.name == "team/pool" {
+            let holders: Vec<(&str, u64)> = lease
+                .holders
+                .iter()
+                .map(|h| (h.holder.as_str(), h.fencing_token))
+                .collect();
+            assert_eq!(
+                holders,
+                [
+                    ("p1", pool[0].fencing_token()),
+                    ("p2", pool[1].fencing_token())
+                ]
+            );
+            assert_eq!(lease.limit, 3);
+        } else {
+            let [holder] = lease.holders.as_slice() else {
+                panic!("{lease:?}");
+            };
+            assert_eq!(
+                (holder.holder.as_str(), holder.fencing_token, lease.limit),
+                ("lister", tokens[&lease.name], 1)
+            );
+            assert!(holder.remaining.unwrap() > Duration::ZERO);
+        }
+    }
+    let page = client.admin().list_page("team/", 10, None).await.unwrap();
+    assert!(page.leases.len() <= 10, "{page:?}");
+    assert!(page.next_page_token.is_some(), "26 leases in pages of 10");
+    assert_eq!(admin.list_all("nothing/", 0).await.unwrap(), []);
+
+    // A stale token revokes nothing; the holder's token ends its lease, and only that.
+    let token = tokens["team/job-00"];
+    assert_eq!(
+        admin
+            .revoke("team/job-00", "stale", Some(token - 1))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(client.describe("team/job-00").await.unwrap().is_some());
+    assert_eq!(
+        admin
+            .revoke("team/job-00", "maintenance", Some(token))
+            .await
+            .unwrap(),
+        Some(token)
+    );
+    assert_eq!(client.describe("team/job-00").await.unwrap(), None);
+    assert_eq!(
+        admin.revoke("team/job-00", "again", None).await.unwrap(),
+        None
+    );
+    // Every permit of a counting lease, with the largest token.
+    assert_eq!(
+        admin.revoke("team/pool", "drain", None).await.unwrap(),
+        Some(pool[1].fencing_token())
+    );
+    for guard in &pool {
+        let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+            .await
+            .expect("a revoked permit's guard did not report lost");
+        assert_eq!(reason, LostReason::Lost("revoked: drain".into()));
+    }
+    assert_eq!(admin.list_all("team/", 0).await.unwrap().len(), 24);
+}
+
+/// The admin client sends its bearer token like `LeaseClient`: a token with `list` lists under
+/// its prefix, without `revoke` it is PERMISSION_DENIED, and no token is UNAUTHENTICATED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_client_sends_its_bearer_token() {
+    const LISTER: &str = "lister-token-0123456789";
+    let redis = RedisServer::start();
+    let tokens = std::env::temp_dir().join(format!(
+        "leased-client-tokens-{}-{}.json",
+        std::process::id(),
+        free_port()
+    ));
+    let file = serde_json::json!({ "tokens": [
+        { "client": "lister", "token": LISTER, "prefixes": ["ops/"],
+          "operations": ["acquire", "list", "watch", "check"] },
+    ] });
+    std::fs::write(&tokens, file.to_string()).unwrap();
+    let config = ServeConfig::from_args([
+        "--redis-url".to_owned(),
+        redis.url(),
+        "--auth-tokens".to_owned(),
+        tokens.display().to_string(),
+    ])
+    .unwrap();
+    let server = Leased::start_with(config).await;
+    let with_token = ConnectOptions {
+        token: Some(LISTER.into()),
+        ..ConnectOptions::default()
+    };
+    let client = LeaseClient::connect_with(server.endpoint(), &with_token)
+        .await
+        .unwrap();
+    let grant = client
+        .acquire_once("ops/a", &AcquireOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("granted");
+    let admin = LeaseAdminClient::connect_with(server.endpoint(), &with_token)
+        .await
+        .unwrap();
+    let listed = admin.list_all("ops/", 0).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(client.admin().list_all("ops/", 0).await.is_ok());
+    assert!(
+        client
+            .check_token("ops/a", grant.fencing_token)
+            .await
+            .unwrap()
+            .current
+    );
+    let mut events = client.watch("ops/a").await.unwrap();
+    assert_eq!(next_event(&mut events).await.cause, WatchCause::Snapshot);
+
+    let code = |result: Result<Option<u64>, ClientError>| match result {
+        Err(ClientError::Status(status)) => status.code(),
+        other => panic!("expected an error status, got {other:?}"),
+    };
+    assert_eq!(
+        code(admin.revoke("ops/a", "not allowed", None).await),
+        tonic::Code::PermissionDenied
+    );
+    let anonymous = LeaseAdminClient::connect(server.endpoint()).await.unwrap();
+    assert_eq!(
+        code(anonymous.revoke("ops/a", "who?", None).await),
+        tonic::Code::Unauthenticated
+    );
+    let _ = std::fs::remove_file(&tokens);
 }

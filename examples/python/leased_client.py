@@ -1,4 +1,4 @@
-"""A small Python client for leased (`lease.v1.LeaseService`).
+"""A small Python client for leased (`lease.v1.LeaseService` and `lease.v1.LeaseAdminService`).
 
     client = LeaseClient("127.0.0.1:50051")
     result = client.acquire("nightly-report", ttl_ms=15_000, wait_ms=60_000, holder="host-a/pid-42")
@@ -11,6 +11,10 @@
 
 `acquire(..., limit=5)` takes one of 5 permits of a counting lease (at most 5 holders at once, each
 with its own `Lease`); `lock_delay_ms` keeps an expired lease from the next holder for a while.
+
+`watch(name)` follows who holds a lease (a snapshot, then one `WatchEvent` per change: what leader
+election's followers use, see `leader_election.py`); `check_token` asks whether a fencing token
+still holds its lease; `list` and `revoke` are the operators' calls.
 
 The gRPC stubs are generated from `proto/` when this module is imported (`ensure_stubs`), so the
 proto file stays the one source of truth and no generated code is committed.
@@ -31,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import grpc
 
@@ -121,9 +125,9 @@ class HolderInfo:
 
 @dataclass(frozen=True)
 class LeaseInfo:
-    """What `Describe` tells anyone about a lease (never a lease_id). `holder`, `fencing_token`
-    and `remaining_ms` describe the holder with the smallest token; `holders` lists every permit
-    taken (held, or in its lock-delay), by increasing token."""
+    """What `Describe` tells anyone about a lease (never a lease_id), and what `list` gives per
+    held lease. `holder`, `fencing_token` and `remaining_ms` describe the holder with the smallest
+    token; `holders` lists every permit taken (held, or in its lock-delay), by increasing token."""
 
     name: str
     held: bool
@@ -137,6 +141,61 @@ class LeaseInfo:
     waiters: int
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """What happened to a watched lease (`LeaseClient.watch`).
+
+    `cause` is "snapshot" (the whole current state: the first event, and again whenever the server
+    may have missed events; replace what you knew with it), "granted", "released", "expired" or
+    "revoked" ("cause-N" for a cause this client does not know). `holder`, `fencing_token` and
+    `expires_at_ms` are those of the grant the event is about: the new holder's for "granted", the
+    one that ended for "released", "expired" and "revoked", the holder with the smallest token for
+    a snapshot ("", 0 and None in a snapshot of a free lease). `held`, `limit` and `holders` are
+    the state after the event.
+    """
+
+    name: str
+    cause: str
+    held: bool
+    holder: str
+    fencing_token: int
+    #: When that grant expires unless renewed, Unix ms on the store's clock; None if unset.
+    expires_at_ms: Optional[int]
+    #: The limit in force after the event: 1 exclusive, N counting; 0 when nobody holds it.
+    limit: int
+    #: Every holder after the event, by increasing token (`remaining_ms` as last known).
+    holders: tuple[HolderInfo, ...]
+    #: For "revoked": the operator's reason.
+    reason: str
+
+    @property
+    def current_holder(self) -> Optional[HolderInfo]:
+        """The holder with the smallest token after the event: an exclusive lease's holder (in
+        leader election, the leader); None when nobody holds it."""
+        return self.holders[0] if self.holders else None
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """`LeaseClient.check_token`'s answer, true when sent: it can be stale by the time it arrives."""
+
+    #: The lease is held with exactly this token (for a counting lease: one of its permits is).
+    current: bool
+    #: The token checked when `current`; otherwise the largest token held, 0 when nobody holds it.
+    current_token: int
+    #: Anyone holds the lease now.
+    held: bool
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """One page of `LeaseClient.list_page`: leases in no particular order (possibly fewer than
+    asked for, even none, while more follow), and the token of the next page (None at the end)."""
+
+    leases: tuple[LeaseInfo, ...]
+    next_page_token: Optional[str]
+
+
 class LeaseClient:
     """A connection to a leased server. Thread-safe; share one per process.
 
@@ -147,6 +206,7 @@ class LeaseClient:
     def __init__(self, target: str, *, rpc_timeout_s: float = 5.0) -> None:
         self._channel = grpc.insecure_channel(target)
         self._stub = pb_grpc.LeaseServiceStub(self._channel)
+        self._admin = pb_grpc.LeaseAdminServiceStub(self._channel)
         self._rpc_timeout_s = rpc_timeout_s
 
     def acquire(
@@ -232,14 +292,70 @@ class LeaseClient:
             fencing_token=answer.fencing_token,
             remaining_ms=answer.remaining_ms,
             limit=answer.limit,
-            holders=tuple(
-                HolderInfo(
-                    holder=h.holder, fencing_token=h.fencing_token, remaining_ms=h.remaining_ms
-                )
-                for h in answer.holders
-            ),
+            holders=_holders(answer.holders),
             waiters=answer.waiters,
         )
+
+    def watch(self, name: str) -> Watch:
+        """Follows who holds `name`: iterate the returned `Watch` for `WatchEvent`s, a snapshot
+        first, then one per change of holder (granted, released, expired, revoked; renewals are not
+        events), in order, with the tokens of grants increasing. It never ends on its own: it raises
+        `grpc.RpcError` when the server refuses the watch (INVALID_ARGUMENT, PERMISSION_DENIED) or
+        ends it (UNAVAILABLE at shutdown); watching again is safe, its first event is a snapshot.
+        `Watch.close()` (or leaving its `with` block) stops it from another thread too."""
+        return Watch(self._stub.Watch(pb.WatchRequest(name=name)))
+
+    def check_token(self, name: str, fencing_token: int) -> TokenCheck:
+        """Whether `fencing_token` is the token of a grant that holds `name` now (Chubby's
+        CheckSequencer), for a resource that cannot store tokens. The answer can be stale when it
+        arrives; a resource that keeps the highest token it has seen is the stronger check."""
+        answer = self._stub.CheckToken(
+            pb.CheckTokenRequest(name=name, fencing_token=fencing_token),
+            timeout=self._rpc_timeout_s,
+        )
+        return TokenCheck(
+            current=answer.current, current_token=answer.current_token, held=answer.held
+        )
+
+    def list_page(
+        self, prefix: str = "", *, page_size: int = 0, page_token: Optional[str] = None
+    ) -> ListPage:
+        """One page of the leases held now whose names start with `prefix` (LeaseAdminService).
+        `page_size` 0 is the server's default (100), at most 1000; `page_token` is the previous
+        page's `next_page_token`."""
+        answer = self._admin.List(
+            pb.ListRequest(prefix=prefix, page_size=page_size, page_token=page_token or ""),
+            timeout=self._rpc_timeout_s,
+        )
+        return ListPage(
+            leases=tuple(_listed_lease(lease) for lease in answer.leases),
+            next_page_token=answer.next_page_token or None,
+        )
+
+    def list(self, prefix: str = "", *, page_size: int = 0) -> Iterator[LeaseInfo]:
+        """Every lease held now whose name starts with `prefix`, reading page after page. A lease
+        held for the whole listing comes exactly once; one granted or released meanwhile may or
+        may not."""
+        page_token: Optional[str] = None
+        while True:
+            page = self.list_page(prefix, page_size=page_size, page_token=page_token)
+            yield from page.leases
+            if page.next_page_token is None:
+                return
+            page_token = page.next_page_token
+
+    def revoke(self, name: str, reason: str, fencing_token: int = 0) -> Optional[int]:
+        """Ends the lease `name` at once, without lock-delay (LeaseAdminService; needs a token
+        with the `revoke` operation where access control is on). With `fencing_token`, only the
+        grant with that token, and only if it still holds the lease; with 0, whoever holds it.
+        `reason` (1 to 256 bytes) goes to the audit log and to the holder, whose next renewal
+        answers lost with "revoked: <reason>". Returns the token of the grant revoked (the
+        largest, for several permits), or None if nothing matched."""
+        answer = self._admin.Revoke(
+            pb.RevokeRequest(name=name, reason=reason, fencing_token=fencing_token),
+            timeout=self._rpc_timeout_s,
+        )
+        return answer.fencing_token if answer.revoked else None
 
     def close(self) -> None:
         """Closes the channel; leases still held stop renewing and expire at their TTL."""
@@ -255,6 +371,81 @@ class LeaseClient:
         tb: Optional[TracebackType],
     ) -> None:
         self.close()
+
+
+class Watch:
+    """The events of one `LeaseClient.watch`: iterate it for `WatchEvent`s (once). `close()`
+    cancels it, from any thread; iteration then ends quietly."""
+
+    def __init__(self, call: grpc.Call) -> None:
+        self._call = call
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        try:
+            for event in self._call:
+                yield _watch_event(event)
+        except grpc.RpcError as error:
+            if self._closed.is_set() and error.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise
+        if not self._closed.is_set():
+            # The server never ends a watch with OK: silence must not pass for "no change".
+            raise RuntimeError("the server ended the Watch stream")
+
+    def close(self) -> None:
+        self._closed.set()
+        self._call.cancel()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+def _holders(holders: Iterable[pb.HolderInfo]) -> tuple[HolderInfo, ...]:
+    return tuple(
+        HolderInfo(holder=h.holder, fencing_token=h.fencing_token, remaining_ms=h.remaining_ms)
+        for h in holders
+    )
+
+
+def _watch_event(event: pb.WatchEvent) -> WatchEvent:
+    try:
+        cause = pb.WatchEvent.Cause.Name(event.cause).removeprefix("CAUSE_").lower()
+    except ValueError:  # a cause added after this client was generated
+        cause = f"cause-{event.cause}"
+    expires_at = event.expires_at if event.HasField("expires_at") else None
+    return WatchEvent(
+        name=event.name,
+        cause=cause,
+        held=event.held,
+        holder=event.holder,
+        fencing_token=event.fencing_token,
+        expires_at_ms=None if expires_at is None else expires_at.ToMilliseconds(),
+        limit=event.limit,
+        holders=_holders(event.holders),
+        reason=event.reason,
+    )
+
+
+def _listed_lease(lease: pb.LeaseInfo) -> LeaseInfo:
+    return LeaseInfo(
+        name=lease.name,
+        held=True,
+        holder=lease.holder,
+        fencing_token=lease.fencing_token,
+        remaining_ms=lease.remaining_ms,
+        limit=lease.limit,
+        holders=_holders(lease.holders),
+        waiters=lease.waiters,
+    )
 
 
 def _not_granted(name: str, busy: pb.Waiting | pb.NotGranted) -> NotGranted:

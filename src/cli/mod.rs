@@ -1,12 +1,15 @@
 //! The `leased` command line: `serve`, and the client subcommands `acquire`, `release`,
-//! `describe` and `run` (flock(1) for a fleet).
+//! `describe`, `run` (flock(1) for a fleet), `watch` and `check`, and the operators' `list` and
+//! `revoke`.
 //!
 //! Text that comes from the server (holders, names, lease ids, reasons, error messages) is never
 //! printed raw: a holder written by an older server or straight into Redis may hold terminal
 //! escapes or bidirectional overrides. Human output escapes them ([`Escaped`], holders quoted
 //! with `{:?}`); `--json` output escapes them as JSON `\uXXXX` ([`json_line`]).
 
+mod admin;
 mod run;
+mod watch;
 
 use std::{fmt, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -29,6 +32,9 @@ pub mod exit_code {
     pub const NOT_GRANTED: u8 = 75;
     /// `leased run` lost the lease while CMD ran, and stopped CMD.
     pub const LEASE_LOST: u8 = 76;
+    /// `leased check`: the token does not hold the lease now. The same code as [`ERROR`], as the
+    /// convention of `test(1)` and `grep -q` has it: 0 yes, 1 no.
+    pub const NOT_CURRENT: u8 = 1;
 }
 
 /// leased: a gRPC lease service with fencing tokens.
@@ -56,6 +62,18 @@ pub enum Command {
     /// Exits with CMD's exit code; 75 if the lease was not granted; 76 if it was lost while CMD
     /// ran (CMD gets SIGTERM, then SIGKILL after --kill-after). Signals sent to leased run reach CMD.
     Run(run::RunArgs),
+    /// Follow who holds a lease: one line per event (snapshot, granted, released, expired,
+    /// revoked), until the server ends the watch (exit 1, with the reason).
+    Watch(watch::WatchArgs),
+    /// Check whether a fencing token holds its lease now: exit 0 if it does, 1 if not.
+    Check(watch::CheckArgs),
+    /// List the leases held (every page), whose names start with PREFIX: a table, or one JSON
+    /// object per lease with --json.
+    List(admin::ListArgs),
+    /// Revoke a lease, whoever holds it (only the grant with --fencing-token, if given): it ends
+    /// at once, and its holder's next renewal answers lost with the reason. Needs a token with
+    /// the `revoke` operation where access control is on.
+    Revoke(admin::RevokeArgs),
 }
 
 /// Where the server is, and how to talk to it.
@@ -178,6 +196,10 @@ pub async fn run_client(command: Command) -> ExitCode {
         Command::Release(args) => release(args).await,
         Command::Describe(args) => describe(args).await,
         Command::Run(args) => return run::run(args).await,
+        Command::Watch(args) => watch::watch(args).await,
+        Command::Check(args) => watch::check(args).await,
+        Command::List(args) => admin::list(args).await,
+        Command::Revoke(args) => admin::revoke(args).await,
     };
     result.unwrap_or_else(|error| {
         eprintln!("leased: {}", Escaped(&error.to_string()));
@@ -419,6 +441,13 @@ mod tests {
     /// Every character the server refuses in a holder (none is above U+2069).
     fn hidden_characters() -> impl Iterator<Item = char> {
         ('\0'..='\u{2069}').filter(|c| is_control_or_bidi(*c))
+    }
+
+    /// clap's own checks of the definitions (unique names, consistent flags), which it otherwise
+    /// makes only when a subcommand is parsed in a debug build.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
     }
 
     #[test]

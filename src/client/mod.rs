@@ -33,8 +33,15 @@
 //!
 //! `examples/guard.rs` is a runnable program built the same way (acquire with a wait, work until
 //! done or lost, release); `tests/client.rs` runs it against a real server.
+//!
+//! [`LeaseClient::watch`] follows who holds a lease (a [`Stream`](tokio_stream::Stream) of
+//! [`WatchEvent`]s: what leader election's followers use, see `examples/leader_election.rs`),
+//! [`LeaseClient::check_token`] asks whether a fencing token still holds its lease, and
+//! [`LeaseAdminClient`] lists the leases held and revokes one, for operators.
 
+mod admin;
 mod guard;
+mod watch;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -45,11 +52,14 @@ use tonic::{
     transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
 };
 
+pub use admin::{LeaseAdminClient, ListPage, ListedLease};
 pub use guard::{LeaseGuard, LostReason};
+pub use watch::{WatchCause, WatchEvent, WatchStream, WatchedGrant};
 
 use crate::proto::{
-    AcquireRequest, DescribeRequest, DescribeResponse, ReleaseRequest, RenewRequest, RenewResponse,
-    acquire_response, lease_service_client::LeaseServiceClient, renew_response,
+    AcquireRequest, CheckTokenRequest, DescribeRequest, DescribeResponse, ReleaseRequest,
+    RenewRequest, RenewResponse, WatchRequest, acquire_response,
+    lease_service_client::LeaseServiceClient, renew_response,
 };
 
 /// What can go wrong in the client. Contention is not an error: see [`Acquired::NotGranted`].
@@ -83,13 +93,19 @@ pub enum ClientError {
     Protocol(String),
 }
 
+/// The connection to a server, with the bearer token (if any) added to every call: what every
+/// generated client of this module is built on.
+pub(crate) type Connection = InterceptedService<Channel, BearerToken>;
+
 /// The generated client, with the bearer token (if any) added to every call.
-pub(crate) type GrpcClient = LeaseServiceClient<InterceptedService<Channel, BearerToken>>;
+pub(crate) type GrpcClient = LeaseServiceClient<Connection>;
 
 /// A connection to a `leased` server. Cheap to clone; clones share the HTTP/2 connection.
 #[derive(Clone, Debug)]
 pub struct LeaseClient {
     grpc: GrpcClient,
+    /// Kept to open [`LeaseAdminClient`]s on the same connection.
+    connection: Connection,
 }
 
 /// How to reach a server that uses TLS, mTLS or access control. `Default` is plaintext, no token.
@@ -333,6 +349,20 @@ pub struct GrantedLease {
     pub expires_at_ms: i64,
 }
 
+/// The answer to [`LeaseClient::check_token`], true when it was sent: it can be stale by the time
+/// it arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenCheck {
+    /// The lease is held with exactly this token (for a counting lease: one of its permits is).
+    /// False once that grant was released, expired (its lock-delay counts as expired) or revoked.
+    pub current: bool,
+    /// The token checked, when `current`; otherwise the largest token held now, 0 when nobody
+    /// holds the lease.
+    pub current_token: u64,
+    /// Anyone holds the lease now.
+    pub held: bool,
+}
+
 impl LeaseClient {
     /// Connects to `endpoint`, e.g. `http://127.0.0.1:50051`.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Self, ClientError> {
@@ -344,33 +374,17 @@ impl LeaseClient {
         endpoint: impl Into<String>,
         options: &ConnectOptions,
     ) -> Result<Self, ClientError> {
-        let endpoint = endpoint.into();
-        let connect_error = |source| ClientError::Connect {
-            endpoint: endpoint.clone(),
-            source,
-        };
-        let mut builder = Endpoint::from_shared(endpoint.clone())
-            .map_err(connect_error)?
-            .connect_timeout(Duration::from_secs(5))
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_while_idle(true);
-        if endpoint.starts_with("https://") {
-            builder = builder
-                .tls_config(options.tls_config()?)
-                .map_err(connect_error)?;
-        }
-        let channel = builder.connect().await.map_err(connect_error)?;
-        let token = match &options.token {
-            None => None,
-            Some(token) => Some(
-                format!("Bearer {token}")
-                    .parse()
-                    .map_err(|_| ClientError::Config("the token is not valid ASCII".into()))?,
-            ),
-        };
+        let connection = connect(endpoint.into(), options).await?;
         Ok(LeaseClient {
-            grpc: LeaseServiceClient::with_interceptor(channel, BearerToken(token)),
+            grpc: LeaseServiceClient::new(connection.clone()),
+            connection,
         })
+    }
+
+    /// The operators' calls (List, Revoke) over this client's connection, with its TLS settings
+    /// and bearer token.
+    pub fn admin(&self) -> LeaseAdminClient {
+        LeaseAdminClient::on(self.connection.clone())
     }
 
     /// Acquires `name` and keeps it alive with a [`LeaseGuard`], or reports who holds it.
@@ -455,9 +469,7 @@ impl LeaseClient {
                         lease_id: granted.lease_id,
                         fencing_token: granted.fencing_token,
                         ttl: Duration::from_millis(granted.ttl_ms.max(0) as u64),
-                        expires_at_ms: granted
-                            .expires_at
-                            .map_or(0, |t| t.seconds * 1000 + i64::from(t.nanos) / 1_000_000),
+                        expires_at_ms: granted.expires_at.as_ref().map_or(0, unix_ms),
                     }));
                 }
                 Some(acquire_response::Result::NotGranted(busy)) => {
@@ -509,9 +521,78 @@ impl LeaseClient {
         Ok(LeaseDescription::from_reply(reply))
     }
 
+    /// Follows who holds `name`: a stream of [`WatchEvent`]s that starts with a
+    /// [`Snapshot`](WatchCause::Snapshot) of the current state, then one event per change of
+    /// holder (granted, released, expired, revoked; renewals are not events), in order, with the
+    /// tokens of grants increasing. The server sends a fresh snapshot whenever it may have missed
+    /// events (a Redis reconnect or failover, a watcher too slow to read): take a snapshot as the
+    /// whole truth.
+    ///
+    /// The stream does not end on its own. It yields one `Err` and ends when the server refuses
+    /// the watch (bad name, no `watch` permission: the error may come from this call or as the
+    /// first item), shuts down (`UNAVAILABLE`) or the connection breaks; watching again is safe,
+    /// since the first event of every watch is a snapshot.
+    pub async fn watch(&self, name: &str) -> Result<WatchStream, ClientError> {
+        let request = WatchRequest {
+            name: name.to_owned(),
+        };
+        let events = self.grpc.clone().watch(request).await?.into_inner();
+        Ok(WatchStream::new(events))
+    }
+
+    /// Whether `fencing_token` is the token of a grant that holds `name` now (Chubby's
+    /// CheckSequencer), for a resource that cannot store tokens itself. The answer can be stale by
+    /// the time it arrives; a resource that keeps the highest token it has seen and rejects
+    /// smaller ones is the stronger check. Token 0 is `INVALID_ARGUMENT`.
+    pub async fn check_token(
+        &self,
+        name: &str,
+        fencing_token: u64,
+    ) -> Result<TokenCheck, ClientError> {
+        let request = CheckTokenRequest {
+            name: name.to_owned(),
+            fencing_token,
+        };
+        let reply = self.grpc.clone().check_token(request).await?.into_inner();
+        Ok(TokenCheck {
+            current: reply.current,
+            current_token: reply.current_token,
+            held: reply.held,
+        })
+    }
+
     pub(crate) fn grpc(&self) -> GrpcClient {
         self.grpc.clone()
     }
+}
+
+/// Opens the HTTP/2 connection to `endpoint` (TLS for `https://`) that every call shares, with
+/// the bearer token of `options` on every request.
+async fn connect(endpoint: String, options: &ConnectOptions) -> Result<Connection, ClientError> {
+    let connect_error = |source| ClientError::Connect {
+        endpoint: endpoint.clone(),
+        source,
+    };
+    let mut builder = Endpoint::from_shared(endpoint.clone())
+        .map_err(connect_error)?
+        .connect_timeout(Duration::from_secs(5))
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    if endpoint.starts_with("https://") {
+        builder = builder
+            .tls_config(options.tls_config()?)
+            .map_err(connect_error)?;
+    }
+    let channel = builder.connect().await.map_err(connect_error)?;
+    let token = match &options.token {
+        None => None,
+        Some(token) => Some(
+            format!("Bearer {token}")
+                .parse()
+                .map_err(|_| ClientError::Config("the token is not valid ASCII".into()))?,
+        ),
+    };
+    Ok(InterceptedService::new(channel, BearerToken(token)))
 }
 
 impl ConnectOptions {
@@ -546,6 +627,11 @@ fn acquire_error(status: tonic::Status, requested_limit: u32) -> ClientError {
 /// The wire's `remaining_ms`: -1 (negative) means no expiry.
 fn remaining_from_ms(remaining_ms: i64) -> Option<Duration> {
     u64::try_from(remaining_ms).ok().map(Duration::from_millis)
+}
+
+/// A wire timestamp as Unix milliseconds.
+fn unix_ms(timestamp: &prost_types::Timestamp) -> i64 {
+    timestamp.seconds * 1000 + i64::from(timestamp.nanos) / 1_000_000
 }
 
 fn duration_ms(duration: Duration) -> i64 {

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from leased_client import (  # noqa: E402  (importing generates the stubs)
     LeaseClient,
     NotGranted,
     StaleTokenError,
+    TokenCheck,
+    WatchEvent,
 )
 
 STARTUP_TIMEOUT_S = 20.0
@@ -372,3 +375,106 @@ def test_example_takes_one_permit_of_a_counting_lease(stack: Stack, clients) -> 
     assert "not granted: 2 of 2 permits held" in run.stdout, run.stdout
     assert other.release() is True
     assert another.release() is True
+
+
+class WatchedEvents:
+    """A `LeaseClient.watch` read on a thread, so that the test can act and then look."""
+
+    def __init__(self, client: LeaseClient, name: str) -> None:
+        self.watch = client.watch(name)
+        self.events: list[WatchEvent] = []
+        self.error: list[BaseException] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for event in self.watch:
+                self.events.append(event)
+        except BaseException as error:  # reported by the test, not lost on the thread
+            self.error.append(error)
+
+    def wait_for(self, cause: str, what: str = "") -> WatchEvent:
+        wait_until(lambda: any(e.cause == cause for e in self.events) or bool(self.error), 10,
+                   f"a {cause} event {what}")
+        assert not self.error, self.error
+        return next(e for e in self.events if e.cause == cause)
+
+    def close(self) -> None:
+        self.watch.close()
+        self._thread.join(timeout=5)
+        assert not self._thread.is_alive(), "closing the watch did not end its iteration"
+        assert not self.error, self.error
+
+
+def test_watch_check_token_list_and_revoke(clients) -> None:
+    holder_client, observer, operator = clients
+    name = "py-watched"
+    watched = WatchedEvents(observer, name)
+    snapshot = watched.wait_for("snapshot")
+    assert (snapshot.name, snapshot.held, snapshot.fencing_token, snapshot.holders) == (
+        name, False, 0, ())
+    assert snapshot.current_holder is None
+
+    # A 1.5 s TTL: the keepalive renews every 0.5 s and learns of the revoke at its next renewal.
+    lease = holder_client.acquire(name, ttl_ms=1_500, holder="py-holder")
+    assert isinstance(lease, Lease)
+    token = lease.fencing_token
+    granted = watched.wait_for("granted")
+    assert (granted.holder, granted.fencing_token, granted.held, granted.limit) == (
+        "py-holder", token, True, 1)
+    assert granted.expires_at_ms is not None and granted.expires_at_ms > 0
+    assert granted.current_holder == HolderInfo("py-holder", token, granted.holders[0].remaining_ms)
+
+    assert observer.check_token(name, token) == TokenCheck(current=True, current_token=token,
+                                                           held=True)
+    assert observer.check_token(name, token - 1) == TokenCheck(current=False, current_token=token,
+                                                               held=True)
+    with pytest.raises(grpc.RpcError) as raised:
+        observer.check_token(name, 0)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "fencing_token" in raised.value.details()
+
+    listed = [info for info in operator.list("py-watch") if info.name == name]
+    assert len(listed) == 1, listed
+    assert (listed[0].holder, listed[0].fencing_token, listed[0].held) == ("py-holder", token, True)
+
+    assert operator.revoke(name, "stale", fencing_token=token - 1) is None
+    assert not lease.lost.is_set()
+    assert operator.revoke(name, "py wedged (INC-9)") == token
+    revoked = watched.wait_for("revoked")
+    assert (revoked.fencing_token, revoked.reason, revoked.held) == (token, "py wedged (INC-9)",
+                                                                      False)
+    assert lease.lost.wait(timeout=10), "the holder never learned of the revoke"
+    assert lease.lost_reason == "revoked: py wedged (INC-9)"
+    assert lease.release() is False
+    assert observer.check_token(name, token) == TokenCheck(current=False, current_token=0,
+                                                           held=False)
+    assert operator.revoke(name, "again") is None
+    causes = [event.cause for event in watched.events]
+    assert causes == ["snapshot", "granted", "revoked"], watched.events
+    watched.close()
+
+
+def test_list_pages_through_every_held_lease_under_a_prefix(clients) -> None:
+    client, _, _ = clients
+    names = [f"py-list/{i}" for i in range(5)]
+    leases = [client.acquire(name, ttl_ms=30_000, holder="lister") for name in names]
+    outside = client.acquire("py-listed-not", ttl_ms=30_000)
+    try:
+        first = client.list_page("py-list/", page_size=2)
+        assert len(first.leases) <= 2 and first.next_page_token is not None
+        listed = list(client.list("py-list/", page_size=2))
+        assert sorted(info.name for info in listed) == names
+        assert {info.fencing_token for info in listed} == {lease.fencing_token for lease in leases}
+        assert all(info.holders == (HolderInfo("lister", info.fencing_token, info.holders[0]
+                                                .remaining_ms),) for info in listed)
+        with pytest.raises(grpc.RpcError) as raised:
+            client.list_page("py-list/", page_size=1001)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "page_size" in raised.value.details()
+    finally:
+        for lease in [*leases, outside]:
+            assert isinstance(lease, Lease)
+            lease.release()
+    assert list(client.list("py-list/")) == []
