@@ -4,7 +4,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
 
 use common::{
     harness::{
@@ -13,7 +16,12 @@ use common::{
     },
     *,
 };
-use leased::proto::{AcquireRequest, acquire_response};
+use futures::StreamExt;
+use leased::{
+    lease::{AcquireOutcome, LeaseId, LeaseStore, ValidatedAcquire, limits::parse_name},
+    proto::{AcquireRequest, acquire_response, watch_event::Cause},
+    store::{RedisOptions, RedisStore},
+};
 
 /// Grants, renewals, releases and increasing tokens for names spread over every node, and a
 /// waiter on one replica woken by a release through another, on a three-master cluster.
@@ -251,5 +259,136 @@ async fn waiters_are_woken_by_shard_pubsub_on_every_master() {
             "queue keys left after every waiter is gone: {left:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// List on a three-master cluster: 2,500 leases under a prefix (spread over every master), next
+/// to leases under a sibling prefix, are each on exactly one page of at most 1000, and nothing
+/// else is; pages of 7 over a narrower prefix find each of its leases once too (batches that do
+/// not fit on a page, pages that move from one master to the next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_through_2500_leases_on_every_master() {
+    let cluster = RedisCluster::start();
+    let server = Leased::start(Some(cluster.url())).await;
+    let store = RedisStore::connect(&RedisOptions {
+        url: cluster.url(),
+        command_timeout: Duration::from_secs(2),
+        pool_size: 4,
+        key_prefix: "leased:".into(),
+        max_waiters_per_name: 1_000,
+    })
+    .unwrap();
+    let start = Instant::now();
+    while store.ping().await.is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the store never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let names: Vec<String> = (0..2_500)
+        .map(|index| format!("list/many/{index:04}"))
+        .chain((0..50).map(|index| format!("list/many-not/{index}")))
+        .collect();
+    let granted = futures::stream::iter(&names)
+        .map(|name| {
+            let request = ValidatedAcquire {
+                name: parse_name(name).unwrap(),
+                holder: "lister".into(),
+                ttl: Duration::from_secs(120),
+                wait: Duration::ZERO,
+                limit: 1,
+                lock_delay: Duration::ZERO,
+            };
+            let store = &store;
+            async move {
+                store
+                    .try_acquire(&request, &LeaseId::generate(), None)
+                    .await
+            }
+        })
+        .buffer_unordered(64)
+        .filter(|outcome| std::future::ready(matches!(outcome, Ok(AcquireOutcome::Granted(_)))))
+        .count()
+        .await;
+    assert_eq!(granted, names.len());
+    for port in cluster.ports() {
+        let keys = query(port, &["DBSIZE"]).unwrap().as_int().unwrap();
+        assert!(
+            keys > 500,
+            "node {port} holds {keys} keys: the names should spread"
+        );
+    }
+
+    let mut admin = admin_client(&server.endpoint()).await;
+    let expected: BTreeSet<String> = names[..2_500].iter().cloned().collect();
+    let started = Instant::now();
+    let pages = list_pages(&mut admin, "list/many/", 1_000, 100).await;
+    println!(
+        "2,500 leases over 3 masters: {} pages of at most 1000 in {:?}",
+        pages.len(),
+        started.elapsed()
+    );
+    let listed: Vec<String> = pages
+        .iter()
+        .flat_map(|page| {
+            assert!(page.leases.len() <= 1_000);
+            page.leases.iter().map(|lease| lease.name.clone())
+        })
+        .collect();
+    let unique: BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(listed.len(), unique.len(), "a lease on two pages");
+    assert_eq!(unique, expected);
+    assert!(
+        pages
+            .iter()
+            .flat_map(|page| &page.leases)
+            .all(|lease| lease.holder == "lister" && lease.fencing_token > 0 && lease.limit == 1)
+    );
+
+    let narrow: BTreeSet<String> = (0..100)
+        .map(|index| format!("list/many/00{index:02}"))
+        .collect();
+    let pages = list_pages(&mut admin, "list/many/00", 7, 1_000).await;
+    let listed: Vec<String> = pages
+        .iter()
+        .flat_map(|page| page.leases.iter().map(|lease| lease.name.clone()))
+        .collect();
+    assert_eq!(
+        listed.len(),
+        narrow.len(),
+        "a lease on two pages, or missed"
+    );
+    assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), narrow);
+}
+
+/// Watch on a cluster, for a name on each master: the snapshot, then a grant and a release made
+/// through another replica, in order, from the name's shard channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_names_on_every_master() {
+    let cluster = RedisCluster::start();
+    let names = one_name_per_master(&cluster.ports());
+    let replica_a = Leased::start(Some(cluster.url())).await;
+    let replica_b = Leased::start(Some(cluster.url())).await;
+    let mut watcher = replica_a.client().await;
+    let mut client = replica_b.client().await;
+    for (port, name) in &names {
+        let mut events = open_watch(&mut watcher, name).await;
+        let snapshot = next_event_within(&mut events, Duration::from_secs(5)).await;
+        assert_eq!((snapshot.cause(), snapshot.held), (Cause::Snapshot, false));
+        let granted = must_acquire(&mut client, name, 30_000).await;
+        let event = next_event_within(&mut events, Duration::from_secs(5)).await;
+        assert_eq!(
+            (event.cause(), event.fencing_token, event.held),
+            (Cause::Granted, granted.fencing_token, true),
+            "{name} (master {port})"
+        );
+        assert!(release(&mut client, &granted).await);
+        let event = next_event_within(&mut events, Duration::from_secs(5)).await;
+        assert_eq!(
+            (event.cause(), event.fencing_token, event.held),
+            (Cause::Released, granted.fencing_token, false),
+            "{name} (master {port})"
+        );
     }
 }

@@ -1,11 +1,21 @@
 //! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
 //! keys of a lease share one hash tag, and time comes from Redis `TIME`. Waiters queue in Redis;
 //! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
-//! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name. The keys and what they
-//! hold: ARCHITECTURE.md, "Redis key layout" and "Fair waiting".
+//! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it.
+//!
+//! Watching: while some replica watches a name (`<prefix>{name}:watchers`, kept by
+//! `watching.lua`), the scripts that change its holders also publish each change on the same
+//! channel (`g` granted, `r` released, `v` revoked: [`Published`]), which this replica hands to
+//! its [`Watchers`]; with nobody watching they publish nothing. Whenever messages may have been
+//! missed (a new subscription, a reconnect, a lagging subscriber), the watchers re-read.
+//!
+//! Listing ([`LeaseStore::list`]) `SCAN`s every master (the one server, the Sentinel master, or
+//! each Cluster primary) a bounded number of times per page, and describes the lease names it
+//! finds. The keys and what they hold: ARCHITECTURE.md, "Redis key layout", "Fair waiting" and
+//! "Watching".
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -14,19 +24,21 @@ use fred::{
     clients::SubscriberClient,
     error::ErrorKind,
     prelude::{
-        Builder, ClientLike, Config, Error as RedisError, EventInterface, Pool, PubsubInterface,
-        ReconnectPolicy, Value,
+        Builder, ClientLike, ClusterInterface, Config, Error as RedisError, EventInterface,
+        KeysInterface, Pool, PubsubInterface, ReconnectPolicy, Server, Value,
     },
     types::{InfoKind, scripts::Script},
 };
+use futures::{StreamExt, stream};
 use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::{
     error::{Error, Result, StartupError},
     lease::{
-        AcquireOutcome, Description, Expiry, Grant, HolderInfo, LeaseGone, LeaseId, LeaseName,
-        LeaseStore, Occupancy, QueueStatus, RenewOutcome, ValidatedAcquire, Waiters,
-        waiting::TEND_INTERVAL,
+        AcquireOutcome, ChangeCause, Description, Expiry, Grant, HolderInfo, LeaseChange,
+        LeaseGone, LeaseId, LeaseName, LeaseStore, ListPage, ListPrefix, ListedLease, Occupancy,
+        QueueStatus, RenewOutcome, Revoked, ValidatedAcquire, Waiters, Watchers,
+        limits::parse_name, waiting::TEND_INTERVAL, watch::WATCH_KEEPALIVE,
     },
     metrics::metrics,
     throttle::{LOG_INTERVAL, Throttle},
@@ -41,6 +53,31 @@ const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// out of its reach for seconds.
 const REPLICA_TTL: Duration = Duration::from_millis(4 * TEND_INTERVAL.as_millis() as u64);
 
+/// A replica's registration as a watcher of a name lapses unless renewed within this long: four
+/// keepalives, so a live replica loses it only if Redis is out of its reach for seconds.
+const WATCH_REGISTRATION_TTL: Duration =
+    Duration::from_millis(4 * WATCH_KEEPALIVE.as_millis() as u64);
+
+/// A page of `List` makes at most this many `SCAN` calls, so its cost is bounded whatever the
+/// size of the keyspace; a page that runs out of them ends short, with a next page token.
+const MAX_SCANS_PER_PAGE: usize = 10;
+
+/// The `COUNT` of each `SCAN` (about how many keys it visits): the room left on the page, within
+/// these bounds. So a batch seldom finds more leases than fit; those that do not fit travel in the
+/// page token (a few names at most).
+const MIN_SCAN_COUNT: usize = 10;
+const MAX_SCAN_COUNT: usize = 1_000;
+
+/// A page token carries at most this many names found but not listed yet: a token that says it
+/// has more was not made here (a batch finds about `COUNT` keys, a few more at most).
+const MAX_PENDING_NAMES: usize = 2 * MAX_SCAN_COUNT;
+
+/// Names a page of `List` describes at once.
+const LIST_DESCRIBES_IN_FLIGHT: usize = 32;
+
+/// The version of this store's page tokens: `r1.<hex prefix>.<slot>.<cursor>.<hex pending>`.
+const PAGE_TOKEN_VERSION: &str = "r1";
+
 /// How soon a failed subscription is tried again.
 const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(250);
 
@@ -53,6 +90,10 @@ static SUBSCRIBE_FAILED: Throttle = Throttle::new(LOG_INTERVAL);
 
 /// A Redis that flaps, or a Cluster whose slots move, reconnects the subscriber over and over.
 static RESUBSCRIBING: Throttle = Throttle::new(LOG_INTERVAL);
+
+/// A key under the key prefix that looks like a lease's but is not (something else wrote it) is
+/// skipped by every listing that finds it.
+static LIST_SKIPPED: Throttle = Throttle::new(LOG_INTERVAL);
 
 /// How to reach Redis and how long to wait for it.
 #[derive(Clone, Debug)]
@@ -78,6 +119,8 @@ struct Scripts {
     describe: Script,
     leave: Script,
     status: Script,
+    revoke: Script,
+    watching: Script,
 }
 
 macro_rules! queue_script {
@@ -98,6 +141,8 @@ impl Scripts {
             describe: queue_script!("scripts/describe.lua"),
             leave: queue_script!("scripts/leave.lua"),
             status: queue_script!("scripts/status.lua"),
+            revoke: queue_script!("scripts/revoke.lua"),
+            watching: queue_script!("scripts/watching.lua"),
         }
     }
 }
@@ -110,6 +155,7 @@ pub struct RedisStore {
     key_prefix: String,
     max_waiters_per_name: usize,
     waiters: Arc<Waiters>,
+    watchers: Arc<Watchers>,
     subscriptions: Arc<Subscriptions>,
     background: Vec<JoinHandle<()>>,
 }
@@ -127,10 +173,15 @@ struct LeaseKeys {
     permits: String,
     /// A counting lease's permit records and limit.
     holders: String,
+    /// The replicas watching the name: its changes are published only while it exists.
+    watchers: String,
+    /// Why recently revoked grants were revoked, for their holders' renewals.
+    revoked: String,
 }
 
 impl LeaseKeys {
-    /// The KEYS of release.lua, leave.lua and status.lua, in the order their headers list.
+    /// The KEYS of leave.lua and status.lua, and the first ones of release.lua and revoke.lua, in
+    /// the order their headers list.
     fn for_queue_scripts(self) -> Vec<String> {
         vec![
             self.lease,
@@ -141,6 +192,25 @@ impl LeaseKeys {
             self.permits,
             self.holders,
         ]
+    }
+
+    /// The KEYS of release.lua.
+    fn for_release(mut self) -> Vec<String> {
+        let watchers = std::mem::take(&mut self.watchers);
+        let mut keys = self.for_queue_scripts();
+        keys.push(watchers);
+        keys
+    }
+
+    /// The KEYS of revoke.lua.
+    fn for_revoke(mut self) -> Vec<String> {
+        let (watchers, revoked) = (
+            std::mem::take(&mut self.watchers),
+            std::mem::take(&mut self.revoked),
+        );
+        let mut keys = self.for_queue_scripts();
+        keys.extend([watchers, revoked]);
+        keys
     }
 }
 
@@ -169,6 +239,7 @@ impl RedisStore {
         let subscriber = builder.build_subscriber_client().map_err(url_error)?;
 
         let waiters = Arc::new(Waiters::new());
+        let watchers = Arc::new(Watchers::new());
         let (changes, pending) = mpsc::unbounded_channel();
         let subscriptions = Arc::new(Subscriptions {
             key_prefix: options.key_prefix.clone(),
@@ -181,17 +252,20 @@ impl RedisStore {
                 subscriber.clone(),
                 subscriptions.clone(),
                 waiters.clone(),
+                watchers.clone(),
                 pending,
             )),
             tokio::spawn(resubscribe_on_connect(
                 subscriber.clone(),
                 subscriptions.clone(),
                 waiters.clone(),
+                watchers.clone(),
             )),
             tokio::spawn(wake_waiters(
                 subscriber.clone(),
                 subscriptions.clone(),
                 waiters.clone(),
+                watchers.clone(),
             )),
         ];
         // The tasks above exist before the first connection, so none of its events is missed.
@@ -205,6 +279,7 @@ impl RedisStore {
             key_prefix: options.key_prefix.clone(),
             max_waiters_per_name: options.max_waiters_per_name,
             waiters,
+            watchers,
             subscriptions,
             background,
         })
@@ -243,6 +318,8 @@ impl RedisStore {
             wake: format!("{lease}:wake"),
             permits: format!("{lease}:permits"),
             holders: format!("{lease}:holders"),
+            watchers: format!("{lease}:watchers"),
+            revoked: format!("{lease}:revoked"),
             lease,
         }
     }
@@ -315,7 +392,7 @@ fn check_url_scheme(url: &str) -> Result<(), StartupError> {
     )))
 }
 
-/// The shard channels this replica wants: one per name with waiters here, counted by
+/// The shard channels this replica wants: one per name with waiters or watchers here, counted by
 /// [`LeaseStore::listen`] and [`LeaseStore::unlisten`]. One task ([`keep_subscriptions`]) makes
 /// Redis match, one channel at a time, in the order of the changes.
 struct Subscriptions {
@@ -363,13 +440,15 @@ impl Subscriptions {
     }
 }
 
-/// Subscribes to the channels of names with waiters here, and unsubscribes when the last waiter
-/// leaves. A failed subscription is retried until it succeeds or is no longer wanted; after each
-/// success the name's waiters re-read the queue, since a wake-up published before it was missed.
+/// Subscribes to the channels of names with waiters or watchers here, and unsubscribes when the
+/// last one leaves. A failed subscription is retried until it succeeds or is no longer wanted;
+/// after each success the name's waiters re-read the queue and its watchers the holders, since
+/// a message published before it was missed.
 async fn keep_subscriptions(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
     waiters: Arc<Waiters>,
+    watchers: Arc<Watchers>,
     mut changes: mpsc::UnboundedReceiver<SubscriptionChange>,
 ) {
     let mut subscribed = HashSet::new();
@@ -388,6 +467,7 @@ async fn keep_subscriptions(
                     subscriptions.failing().remove(&channel);
                     if let Some(name) = subscriptions.name_of(&channel) {
                         waiters.moved(name);
+                        watchers.resync(name);
                     }
                     subscribed.insert(channel);
                 }
@@ -429,12 +509,13 @@ fn retry_later(subscriptions: &Arc<Subscriptions>, channel: String) {
 
 /// After every (re)connection of the subscriber and every Redis Cluster topology change (a slot
 /// that moves ends the subscriptions of its channels on the server): subscribe again to every
-/// wanted channel, and have every waiter re-read the queue, since wake-ups published meanwhile
-/// were missed.
+/// wanted channel, and have every waiter re-read the queue and every watched name its holders
+/// (its watchers get a snapshot), since messages published meanwhile were missed.
 async fn resubscribe_on_connect(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
     waiters: Arc<Waiters>,
+    watchers: Arc<Watchers>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut reconnects = subscriber.reconnect_rx();
@@ -460,15 +541,18 @@ async fn resubscribe_on_connect(
             subscriptions.reconcile(channel);
         }
         waiters.moved_everywhere();
+        watchers.resync_everywhere();
     }
 }
 
-/// Hands each wake-up to this replica's waiters: `w<entry>` wakes that entry, `m` has the name's
-/// waiters re-read their placements.
+/// Hands each message of a name's channel to this replica: wake-ups to its waiters (`w<entry>`
+/// wakes that entry, `m` has the name's waiters re-read their placements), changes of holder to
+/// its watchers.
 async fn wake_waiters(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
     waiters: Arc<Waiters>,
+    watchers: Arc<Watchers>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut messages = subscriber.message_rx();
@@ -478,19 +562,107 @@ async fn wake_waiters(
                 let Some(name) = subscriptions.name_of(&message.channel) else {
                     continue;
                 };
-                match message.value.as_str().as_deref() {
-                    Some("m") => waiters.moved(name),
-                    Some(wake) => {
-                        if let Some(entry) = wake.strip_prefix('w') {
-                            waiters.wake(name, entry);
-                        }
+                let Some(text) = message.value.as_str() else {
+                    continue;
+                };
+                match Published::parse(&text) {
+                    Some(Published::Moved) => waiters.moved(name),
+                    Some(Published::Wake(entry)) => waiters.wake(name, entry),
+                    Some(Published::Changed(change)) => watchers.changed(name, change),
+                    None => {
+                        tracing::debug!(name, message = %text, "unknown message on a lease channel")
                     }
-                    None => {}
                 }
             }
-            // We fell behind and lost some wake-ups: every name re-reads its queue.
-            Err(RecvError::Lagged(_)) => waiters.moved_everywhere(),
+            // We fell behind and lost some messages: every name re-reads its queue, and every
+            // watched name its holders.
+            Err(RecvError::Lagged(_)) => {
+                waiters.moved_everywhere();
+                watchers.resync_everywhere();
+            }
             Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// One message on a name's shard channel, as the scripts publish it (queue.lua).
+#[derive(Debug, PartialEq, Eq)]
+enum Published<'a> {
+    /// `w<entry>`: a free permit goes to this queue entry.
+    Wake(&'a str),
+    /// `m`: positions in the queue or the holders changed.
+    Moved,
+    /// `g`, `r` or `v`: a change of holder, published only while some replica watches the name.
+    Changed(LeaseChange),
+}
+
+impl<'a> Published<'a> {
+    /// Reads one message; `None` for one this version does not know.
+    ///
+    /// - `g<token> <limit> <ttl_ms> <expires_at_ms> <holder>`: granted
+    /// - `r<token> <expires_at_ms> <holder>`: released
+    /// - `v<token> <expires_at_ms> <reason bytes> <reason><holder>`: revoked
+    fn parse(message: &'a str) -> Option<Self> {
+        let kind = message.chars().next()?;
+        let fields = &message[kind.len_utf8()..];
+        let change = |cause, fencing_token: &str, limit, ttl_ms, expires_at_ms: &str| {
+            Some(LeaseChange {
+                cause,
+                holder: String::new(),
+                fencing_token: fencing_token.parse().ok()?,
+                limit,
+                ttl_ms,
+                expires_at_ms: expires_at_ms.parse().ok()?,
+                reason: String::new(),
+            })
+        };
+        match kind {
+            'w' => Some(Published::Wake(fields)),
+            'm' if fields.is_empty() => Some(Published::Moved),
+            'g' => {
+                let mut parts = fields.splitn(5, ' ');
+                let (token, limit, ttl_ms, expires_at_ms, holder) = (
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                );
+                let change = change(
+                    ChangeCause::Granted,
+                    token,
+                    limit.parse().ok()?,
+                    ttl_ms.parse().ok()?,
+                    expires_at_ms,
+                )?;
+                Some(Published::Changed(LeaseChange {
+                    holder: holder.to_owned(),
+                    ..change
+                }))
+            }
+            'r' => {
+                let mut parts = fields.splitn(3, ' ');
+                let (token, expires_at_ms, holder) = (parts.next()?, parts.next()?, parts.next()?);
+                let change = change(ChangeCause::Released, token, 0, 0, expires_at_ms)?;
+                Some(Published::Changed(LeaseChange {
+                    holder: holder.to_owned(),
+                    ..change
+                }))
+            }
+            'v' => {
+                let mut parts = fields.splitn(4, ' ');
+                let (token, expires_at_ms, reason_bytes, rest) =
+                    (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+                let reason_bytes: usize = reason_bytes.parse().ok()?;
+                let (reason, holder) = (rest.get(..reason_bytes)?, rest.get(reason_bytes..)?);
+                let change = change(ChangeCause::Revoked, token, 0, 0, expires_at_ms)?;
+                Some(Published::Changed(LeaseChange {
+                    holder: holder.to_owned(),
+                    reason: reason.to_owned(),
+                    ..change
+                }))
+            }
+            _ => None,
         }
     }
 }
@@ -520,6 +692,7 @@ impl LeaseStore for RedisStore {
                     keys.wake,
                     keys.permits,
                     keys.holders,
+                    keys.watchers,
                 ],
                 vec![
                     lease_id.expose().to_owned(),
@@ -568,7 +741,13 @@ impl LeaseStore for RedisStore {
                 "renew",
                 name,
                 &self.scripts.renew,
-                vec![keys.lease, keys.owner, keys.permits, keys.holders],
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.permits,
+                    keys.holders,
+                    keys.revoked,
+                ],
                 vec![lease_id.expose().to_owned(), ttl_ms.to_string()],
             )
             .await?;
@@ -581,6 +760,9 @@ impl LeaseStore for RedisStore {
         }
         Ok(RenewOutcome::Lost(match reply.string(1)?.as_str() {
             "taken" => LeaseGone::HeldByAnother,
+            "revoked" => LeaseGone::Revoked {
+                reason: reply.string(2)?,
+            },
             _ => LeaseGone::ExpiredOrReleased,
         }))
     }
@@ -592,7 +774,7 @@ impl LeaseStore for RedisStore {
                 "release",
                 name,
                 &self.scripts.release,
-                keys.for_queue_scripts(),
+                keys.for_release(),
                 vec![lease_id.expose().to_owned()],
             )
             .await?;
@@ -626,7 +808,7 @@ impl LeaseStore for RedisStore {
             )
             .await?;
         let mut holders = (2..reply.len()?)
-            .step_by(4)
+            .step_by(HOLDER_FIELDS)
             .map(|index| reply.holder(index))
             .collect::<Result<Vec<_>>>()?;
         holders.sort_by_key(|holder| holder.fencing_token);
@@ -733,15 +915,520 @@ impl LeaseStore for RedisStore {
         Ok(())
     }
 
+    async fn revoke(
+        &self,
+        name: &LeaseName,
+        fencing_token: Option<u64>,
+        reason: &str,
+    ) -> Result<Vec<Revoked>> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "revoke",
+                name,
+                &self.scripts.revoke,
+                keys.for_revoke(),
+                vec![fencing_token.unwrap_or(0).to_string(), reason.to_owned()],
+            )
+            .await?;
+        let mut revoked = (0..reply.len()?)
+            .step_by(2)
+            .map(|index| {
+                Ok(Revoked {
+                    fencing_token: reply.token(index)?,
+                    holder: reply.string(index + 1)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        revoked.sort_by_key(|grant| grant.fencing_token);
+        Ok(revoked)
+    }
+
+    async fn list(
+        &self,
+        prefix: &ListPrefix,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<ListPage> {
+        let resume = page_token
+            .map(|token| PageToken::parse(token, prefix))
+            .transpose()?;
+        self.list_page(prefix, page_size.max(1), resume).await
+    }
+
+    async fn keep_watching(&self, name: &LeaseName, watching: bool) -> Result<bool> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "watching",
+                name,
+                &self.scripts.watching,
+                vec![keys.watchers],
+                vec![
+                    self.waiters.replica().to_owned(),
+                    if watching { "1" } else { "0" }.to_owned(),
+                    WATCH_REGISTRATION_TTL.as_millis().to_string(),
+                ],
+            )
+            .await?;
+        Ok(reply.integer()? == 1)
+    }
+
     fn waiters(&self) -> &Arc<Waiters> {
         &self.waiters
     }
+
+    fn watchers(&self) -> &Arc<Watchers> {
+        &self.watchers
+    }
+}
+
+/// `List`: `SCAN` every master in turn, a bounded number of times per page, and describe the
+/// lease names found. Each `SCAN` batch is read once: its names that do not fit on the page are
+/// carried in the page token and come first on the next page, so a page never scans a batch
+/// again. A page token holds the master (a slot it serves), the cursor of its next batch, and
+/// those names.
+///
+/// `SCAN` returns every key present for the whole scan, and the same key twice only if Redis
+/// shrinks its table meanwhile (after most keys were deleted): so every lease held for the whole
+/// listing is on exactly one page, but for such a shrink, which may repeat one.
+impl RedisStore {
+    async fn list_page(
+        &self,
+        prefix: &ListPrefix,
+        page_size: usize,
+        resume: Option<PageToken>,
+    ) -> Result<ListPage> {
+        let masters = self.masters()?;
+        let pattern = scan_pattern(&self.key_prefix, prefix);
+        let (mut next, mut pending) = match resume {
+            None => (Some((0, 0)), Vec::new()),
+            Some(token) => {
+                let next = match token.next {
+                    None => None,
+                    Some((slot, cursor)) => {
+                        let index = masters
+                            .iter()
+                            .position(|master| master.serves(slot))
+                            .ok_or_else(|| {
+                                Error::Unavailable(format!(
+                                    "list: no Redis master serves slot {slot}"
+                                ))
+                            })?;
+                        Some((index, cursor))
+                    }
+                };
+                (next, token.pending)
+            }
+        };
+        let mut leases = Vec::new();
+        let mut scans = 0;
+        loop {
+            let taken = self.take_held(&pending, page_size, &mut leases).await?;
+            pending.drain(..taken);
+            let Some((index, cursor)) = next else {
+                break; // every master is done
+            };
+            if leases.len() == page_size || scans == MAX_SCANS_PER_PAGE {
+                break;
+            }
+            let count = (page_size - leases.len()).clamp(MIN_SCAN_COUNT, MAX_SCAN_COUNT);
+            let (after, keys) = self
+                .scan(&masters[index], cursor, &pattern, count, prefix)
+                .await?;
+            scans += 1;
+            pending = lease_names(&self.key_prefix, prefix, &keys);
+            next = match after {
+                0 => (index + 1 < masters.len()).then_some((index + 1, 0)),
+                after => Some((index, after)),
+            };
+        }
+        let token = PageToken {
+            next: next.map(|(index, cursor)| (masters[index].first_slot, cursor)),
+            pending,
+        };
+        Ok(ListPage {
+            leases,
+            next_page_token: (token.next.is_some() || !token.pending.is_empty())
+                .then(|| token.encode(prefix)),
+        })
+    }
+
+    /// The masters that hold the keys, in the order a listing visits them: the one server
+    /// (standalone, or the Sentinel master), or every Cluster primary by the lowest slot it
+    /// serves, from fred's cached view of the slots.
+    fn masters(&self) -> Result<Vec<Master>> {
+        let client = self.pool.next();
+        if !client.is_clustered() {
+            return Ok(vec![Master {
+                first_slot: 0,
+                slots: vec![(0, MAX_SLOT)],
+                server: None,
+            }]);
+        }
+        let not_known =
+            || Error::Unavailable("list: the Redis Cluster's slots are not known yet".into());
+        let routing = client.cached_cluster_state().ok_or_else(not_known)?;
+        let mut by_primary: BTreeMap<&Server, Vec<(u16, u16)>> = BTreeMap::new();
+        for range in routing.slots() {
+            by_primary
+                .entry(&range.primary)
+                .or_default()
+                .push((range.start, range.end));
+        }
+        let mut masters: Vec<Master> = by_primary
+            .into_iter()
+            .filter_map(|(server, slots)| {
+                Some(Master {
+                    first_slot: slots.iter().map(|(start, _)| *start).min()?,
+                    slots,
+                    server: Some(server.clone()),
+                })
+            })
+            .collect();
+        if masters.is_empty() {
+            return Err(not_known());
+        }
+        masters.sort_by_key(|master| master.first_slot);
+        Ok(masters)
+    }
+
+    /// One `SCAN` batch on `master`: the next cursor (0: the master is done) and the keys.
+    async fn scan(
+        &self,
+        master: &Master,
+        cursor: u64,
+        pattern: &str,
+        count: usize,
+        prefix: &ListPrefix,
+    ) -> Result<(u64, Vec<String>)> {
+        let client = self.pool.next();
+        let (cursor, count) = (cursor.to_string(), Some(count as u32));
+        let started = std::time::Instant::now();
+        let reply: Result<Value, RedisError> = match &master.server {
+            Some(server) => {
+                client
+                    .with_cluster_node(server.clone())
+                    .scan_page(cursor, pattern.to_owned(), count, None)
+                    .await
+            }
+            None => {
+                client
+                    .scan_page(cursor, pattern.to_owned(), count, None)
+                    .await
+            }
+        };
+        metrics().record_store("scan", started.elapsed(), reply.is_err());
+        let listing = || format!("(the listing of {:?})", prefix.as_str());
+        let value = reply.map_err(|error| match is_transient(&error) {
+            true => Error::Unavailable(format!("scan: {error}")),
+            false => Error::Internal {
+                name: listing(),
+                detail: format!("SCAN failed: {error}"),
+            },
+        })?;
+        let broken = |value: &Value| Error::Internal {
+            name: listing(),
+            detail: format!("SCAN replied {value:?}"),
+        };
+        let Value::Array(fields) = &value else {
+            return Err(broken(&value));
+        };
+        let (Some(next), Some(Value::Array(keys))) = (fields.first(), fields.get(1)) else {
+            return Err(broken(&value));
+        };
+        let next = next
+            .as_string()
+            .and_then(|next| next.parse().ok())
+            .ok_or_else(|| broken(&value))?;
+        // A key that is not UTF-8 is not leased's.
+        Ok((next, keys.iter().filter_map(Value::as_string).collect()))
+    }
+
+    /// Describes `names` in order, a few at a time, and appends those held to `leases` until it
+    /// has `page_size`. Answers how many of `names` it went through: all of them, unless the
+    /// page filled first.
+    async fn take_held(
+        &self,
+        names: &[(LeaseName, KeyKinds)],
+        page_size: usize,
+        leases: &mut Vec<ListedLease>,
+    ) -> Result<usize> {
+        if leases.len() >= page_size {
+            return Ok(0);
+        }
+        // Made before the stream (they start only when it polls them): a closure inside it would
+        // keep the page's future from being `Send`.
+        let reads: Vec<_> = names.iter().map(|(name, _)| self.describe(name)).collect();
+        let mut described = stream::iter(reads)
+            .buffered(LIST_DESCRIBES_IN_FLIGHT)
+            .enumerate();
+        while let Some((position, description)) = described.next().await {
+            let (name, kinds) = &names[position];
+            let description = match description {
+                Ok(description) => description,
+                // A key something else wrote under a lease's name (another type): not a lease.
+                Err(Error::Internal { detail, .. }) => {
+                    if let Some(suppressed) = LIST_SKIPPED.admit() {
+                        tracing::warn!(suppressed, %name, %detail, "list: skipped a key that is not a lease");
+                    }
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if kinds.lists(&description) {
+                leases.push(ListedLease {
+                    name: name.clone(),
+                    description,
+                });
+                if leases.len() == page_size {
+                    return Ok(position + 1);
+                }
+            }
+        }
+        Ok(names.len())
+    }
+}
+
+/// The highest Redis Cluster hash slot.
+const MAX_SLOT: u16 = 16_383;
+
+/// A master whose keys a listing scans, known by the lowest hash slot it serves (0 outside a
+/// Cluster): a failover hands its slots, and so the listing's place, to the promoted replica,
+/// whose node id differs.
+struct Master {
+    first_slot: u16,
+    /// The slot ranges it serves, first and last included.
+    slots: Vec<(u16, u16)>,
+    /// The Cluster node to send `SCAN` to; `None` outside a Cluster.
+    server: Option<Server>,
+}
+
+impl Master {
+    fn serves(&self, slot: u16) -> bool {
+        self.slots
+            .iter()
+            .any(|(start, end)| (*start..=*end).contains(&slot))
+    }
+}
+
+/// Which keys of a lease name a `SCAN` batch held. A lease is listed through one key only, so
+/// that it is on one page even if both keys exist and land in different batches: an exclusive
+/// lease through its lease key, a counting lease through its permits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct KeyKinds {
+    lease: bool,
+    permits: bool,
+}
+
+impl KeyKinds {
+    /// As a page token spells them.
+    fn code(&self) -> char {
+        match (self.lease, self.permits) {
+            (true, true) => 'b',
+            (true, false) => 'l',
+            _ => 'p',
+        }
+    }
+
+    fn from_code(code: char) -> Option<Self> {
+        let (lease, permits) = match code {
+            'b' => (true, true),
+            'l' => (true, false),
+            'p' => (false, true),
+            _ => return None,
+        };
+        Some(KeyKinds { lease, permits })
+    }
+
+    fn lists(&self, description: &Description) -> bool {
+        !description.holders.is_empty()
+            && match description.limit {
+                1 => self.lease,
+                _ => self.permits,
+            }
+    }
+}
+
+/// The `MATCH` pattern of a listing of `prefix`: every key whose hash tag starts with it and
+/// whose last character is not `e` or `r`. A lease key ends with `}` and a counting lease's
+/// permits with `s`; this leaves out the keys of each name that never mark a lease as held and
+/// are the most numerous (`:owner`, `:queue`, and `:fence`, which outlives its lease by days),
+/// so that Redis does not send them. Spelled without `}`, which fred would take for a hash tag.
+fn scan_pattern(key_prefix: &str, prefix: &ListPrefix) -> String {
+    format!(
+        "{}{{{}*[^er]",
+        escape_glob(key_prefix),
+        escape_glob(prefix.as_str())
+    )
+}
+
+/// `text` matched literally in a `SCAN` pattern.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The lease names of a batch's keys that start with `prefix`, sorted and each once, with the
+/// keys of theirs that were found. Keys that are not a lease key or a permits set, or whose hash
+/// tag is not a lease name, are left out.
+fn lease_names(
+    key_prefix: &str,
+    prefix: &ListPrefix,
+    keys: &[String],
+) -> Vec<(LeaseName, KeyKinds)> {
+    let mut names: BTreeMap<&str, KeyKinds> = BTreeMap::new();
+    for key in keys {
+        let Some((name, suffix)) = key
+            .strip_prefix(key_prefix)
+            .and_then(|key| key.strip_prefix('{'))
+            .and_then(|key| key.split_once('}'))
+        else {
+            continue;
+        };
+        if !name.starts_with(prefix.as_str()) {
+            continue;
+        }
+        let kinds = match suffix {
+            "" => KeyKinds {
+                lease: true,
+                permits: false,
+            },
+            ":permits" => KeyKinds {
+                lease: false,
+                permits: true,
+            },
+            _ => continue,
+        };
+        let found = names.entry(name).or_default();
+        found.lease |= kinds.lease;
+        found.permits |= kinds.permits;
+    }
+    names
+        .into_iter()
+        .filter_map(|(name, kinds)| Some((parse_name(name).ok()?, kinds)))
+        .collect()
+}
+
+/// Where the next page of a listing starts; opaque to clients: `r1.<hex prefix>.<slot>.<cursor>.
+/// <hex pending names>`, bound to the listing's prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PageToken {
+    /// A slot that the master to scan next serves (its lowest, when the token was made), and the
+    /// cursor of its next batch; `None` when every master is done.
+    next: Option<(u16, u64)>,
+    /// Names found by a batch already scanned that did not fit on the page, in order, with the
+    /// keys of theirs found: they come first on the next page.
+    pending: Vec<(LeaseName, KeyKinds)>,
+}
+
+impl PageToken {
+    fn encode(&self, prefix: &ListPrefix) -> String {
+        let (slot, cursor) = match self.next {
+            Some((slot, cursor)) => (slot.to_string(), cursor.to_string()),
+            None => (String::new(), String::new()),
+        };
+        // Names hold no space: ` ` separates them.
+        let pending: Vec<String> = self
+            .pending
+            .iter()
+            .map(|(name, kinds)| format!("{}{name}", kinds.code()))
+            .collect();
+        format!(
+            "{PAGE_TOKEN_VERSION}.{}.{slot}.{cursor}.{}",
+            to_hex(prefix.as_str()),
+            to_hex(&pending.join(" "))
+        )
+    }
+
+    /// A token this store made for a listing of `prefix`, else `INVALID_ARGUMENT` `page_token`.
+    fn parse(token: &str, prefix: &ListPrefix) -> Result<Self> {
+        let invalid = || {
+            Error::invalid(
+                "page_token",
+                "is not a page token of this listing: pass the previous page's next_page_token, \
+                 with the same prefix",
+            )
+        };
+        let fields: Vec<&str> = token.split('.').collect();
+        let [version, token_prefix, slot, cursor, pending] = fields.as_slice() else {
+            return Err(invalid());
+        };
+        if *version != PAGE_TOKEN_VERSION
+            || from_hex(token_prefix).as_deref() != Some(prefix.as_str())
+        {
+            return Err(invalid());
+        }
+        let next = match (*slot, *cursor) {
+            ("", "") => None,
+            (slot, cursor) => {
+                let slot = slot
+                    .parse()
+                    .ok()
+                    .filter(|slot| *slot <= MAX_SLOT)
+                    .ok_or_else(invalid)?;
+                Some((slot, cursor.parse().map_err(|_| invalid())?))
+            }
+        };
+        let pending = from_hex(pending).ok_or_else(invalid)?;
+        let pending = pending
+            .split(' ')
+            .filter(|name| !name.is_empty())
+            .map(|coded| {
+                let code = coded.chars().next()?;
+                let name = parse_name(&coded[code.len_utf8()..]).ok()?;
+                let kinds = KeyKinds::from_code(code)?;
+                name.as_str()
+                    .starts_with(prefix.as_str())
+                    .then_some((name, kinds))
+            })
+            .collect::<Option<Vec<_>>>()
+            .filter(|pending| pending.len() <= MAX_PENDING_NAMES)
+            .ok_or_else(invalid)?;
+        if next.is_none() && pending.is_empty() {
+            return Err(invalid()); // the last page has no token
+        }
+        Ok(PageToken { next, pending })
+    }
+}
+
+fn to_hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The text that [`to_hex`] made, or `None`.
+fn from_hex(hex: &str) -> Option<String> {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|index| u8::from_str_radix(&hex[index..index + 2], 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
 }
 
 /// Connection trouble is `UNAVAILABLE` (retrying later may succeed). Anything Redis refused on
 /// its merits (a Lua error, `WRONGTYPE` on a key something else wrote) will fail again the same
 /// way: `INTERNAL`, logged with the lease name.
 fn store_error(operation: &'static str, name: &LeaseName, error: RedisError) -> Error {
+    match is_transient(&error) {
+        true => Error::Unavailable(format!("{operation}: {error}")),
+        false => Error::Internal {
+            name: name.as_str().to_owned(),
+            detail: format!("{operation}.lua failed: {error}"),
+        },
+    }
+}
+
+/// Whether retrying later may succeed: connection trouble, or a Redis that cannot serve yet.
+fn is_transient(error: &RedisError) -> bool {
     // Redis answers these while it cannot serve yet (loading, failing over) or a script runs long.
     const TRANSIENT_REPLIES: [&str; 7] = [
         "LOADING",
@@ -752,7 +1439,7 @@ fn store_error(operation: &'static str, name: &LeaseName, error: RedisError) -> 
         "CLUSTERDOWN",
         "NOREPLICAS",
     ];
-    let transient = match error.kind() {
+    match error.kind() {
         ErrorKind::IO
         | ErrorKind::Timeout
         | ErrorKind::Canceled
@@ -766,18 +1453,15 @@ fn store_error(operation: &'static str, name: &LeaseName, error: RedisError) -> 
             .iter()
             .any(|reply| error.details().starts_with(reply)),
         _ => false,
-    };
-    match transient {
-        true => Error::Unavailable(format!("{operation}: {error}")),
-        false => Error::Internal {
-            name: name.as_str().to_owned(),
-            detail: format!("{operation}.lua failed: {error}"),
-        },
     }
 }
 
 /// The fields of `occupancy()` in queue.lua, as the scripts reply them.
-const OCCUPANCY_FIELDS: usize = 7;
+const OCCUPANCY_FIELDS: usize = 8;
+
+/// The fields of one holder in the scripts' replies: `holder, token, remaining_ms,
+/// expires_at_ms, lock_delay_ms`.
+const HOLDER_FIELDS: usize = 5;
 
 /// One script's reply, read field by field; a reply that breaks the script's documented shape is
 /// an internal error naming the script and the lease.
@@ -844,24 +1528,26 @@ impl Reply<'_> {
         u32::try_from(count).map_err(|_| self.broken(format!("field {index} = {count}")))
     }
 
-    /// Reads `holder, token, remaining_ms, expires_at_ms` starting at `index`; the scripts send
-    /// -1, -1 for a key without expiry.
+    /// Reads the [`HOLDER_FIELDS`] `holder, token, remaining_ms, expires_at_ms, lock_delay_ms`
+    /// starting at `index`; the scripts send -1, -1 for a key without expiry.
     fn holder(&self, index: usize) -> Result<HolderInfo> {
         let remaining_ms = self.int(index + 2)?;
         let at_unix_ms = self.int(index + 3)?;
+        let lock_delay_ms = self.int(index + 4)?;
         Ok(HolderInfo {
             holder: self.string(index)?,
             fencing_token: self.token(index + 1)?,
             expiry: (remaining_ms >= 0 && at_unix_ms >= 0).then_some(Expiry {
                 remaining_ms,
                 at_unix_ms,
+                lock_delay_ms,
             }),
         })
     }
 
     /// Reads the [`OCCUPANCY_FIELDS`] of `occupancy()` in queue.lua starting at `index`:
-    /// `taken, limit, held, holder, token, remaining_ms, expires_at_ms` (`held` 0: no permit is
-    /// taken, and the holder fields are zeros).
+    /// `taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms` (`held` 0:
+    /// no permit is taken, and the holder fields are zeros).
     fn occupancy(&self, index: usize) -> Result<Occupancy> {
         let holder = match self.int(index + 2)? {
             0 => None,
@@ -922,5 +1608,217 @@ mod tests {
         assert_eq!(subscriptions.name_of(&channel), Some("jobs/nightly"));
         assert_eq!(subscriptions.name_of("other:{jobs/nightly}:wake"), None);
         assert_eq!(subscriptions.name_of("leased:{jobs/nightly}"), None);
+    }
+
+    fn change(cause: ChangeCause, holder: &str, fencing_token: u64) -> LeaseChange {
+        LeaseChange {
+            cause,
+            holder: holder.into(),
+            fencing_token,
+            limit: 0,
+            ttl_ms: 0,
+            expires_at_ms: 1_700_000_030_000,
+            reason: String::new(),
+        }
+    }
+
+    /// Each message the scripts publish reads back as what they meant: holders and reasons with
+    /// spaces, a reason with multi-byte characters (its length is in bytes), 16-digit tokens.
+    #[test]
+    fn published_messages_are_read_back() {
+        assert_eq!(Published::parse("m"), Some(Published::Moved));
+        assert_eq!(
+            Published::parse("wreplica-1:42"),
+            Some(Published::Wake("replica-1:42"))
+        );
+        assert_eq!(
+            Published::parse("g1700000000123456 3 30000 1700000030000 worker 7 (eu)"),
+            Some(Published::Changed(LeaseChange {
+                limit: 3,
+                ttl_ms: 30_000,
+                ..change(ChangeCause::Granted, "worker 7 (eu)", 1_700_000_000_123_456)
+            }))
+        );
+        assert_eq!(
+            Published::parse("r12 1700000030000 worker 7"),
+            Some(Published::Changed(change(
+                ChangeCause::Released,
+                "worker 7",
+                12
+            )))
+        );
+        let reason = "wedged on disk – INC 42";
+        assert_eq!(
+            Published::parse(&format!(
+                "v12 1700000030000 {} {reason}worker 7",
+                reason.len()
+            )),
+            Some(Published::Changed(LeaseChange {
+                reason: reason.into(),
+                ..change(ChangeCause::Revoked, "worker 7", 12)
+            }))
+        );
+        for unknown in [
+            "",
+            "mx",
+            "x12",
+            "g12 3 30000",
+            "gx 3 30000 1 h",
+            "r12",
+            "v12 1 99 short",
+            "v12 1 1 éholder",
+        ] {
+            assert_eq!(Published::parse(unknown), None, "{unknown:?}");
+        }
+    }
+
+    fn prefix(text: &str) -> ListPrefix {
+        crate::lease::limits::parse_list_prefix(text).unwrap()
+    }
+
+    fn invalid_field(error: Error) -> &'static str {
+        match error {
+            Error::InvalidArgument { field, .. } => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Page tokens round-trip for their own prefix only; anything else, or a token of another
+    /// prefix, is INVALID_ARGUMENT naming `page_token`.
+    #[test]
+    fn page_tokens_are_bound_to_their_prefix() {
+        let jobs = prefix("jobs/");
+        let lease_key = KeyKinds {
+            lease: true,
+            permits: false,
+        };
+        let permits_key = KeyKinds {
+            lease: false,
+            permits: true,
+        };
+        for token in [
+            PageToken {
+                next: Some((5_461, 1_234_567)),
+                pending: vec![
+                    (parse_name("jobs/a").unwrap(), lease_key),
+                    (parse_name("jobs/b").unwrap(), permits_key),
+                ],
+            },
+            PageToken {
+                next: Some((0, 0)),
+                pending: Vec::new(),
+            },
+            PageToken {
+                next: None,
+                pending: vec![(parse_name("jobs/c").unwrap(), permits_key)],
+            },
+        ] {
+            let encoded = token.encode(&jobs);
+            assert!(encoded.starts_with("r1."), "{encoded}");
+            assert_eq!(PageToken::parse(&encoded, &jobs).unwrap(), token);
+            let other = PageToken::parse(&encoded, &prefix("jobs/eu")).unwrap_err();
+            assert_eq!(invalid_field(other), "page_token");
+        }
+        let made = |fields: [&str; 5]| fields.join(".");
+        let hex_jobs = to_hex("jobs/");
+        let too_many = vec!["ljobs/x"; MAX_PENDING_NAMES + 1].join(" ");
+        for garbage in [
+            "garbage".to_owned(),
+            "r1".to_owned(),
+            made(["r2", &hex_jobs, "0", "0", ""]),
+            made(["r1", "zz", "0", "0", ""]),
+            made(["r1", &hex_jobs, "16384", "0", ""]),
+            made(["r1", &hex_jobs, "0", "-1", ""]),
+            made(["r1", &hex_jobs, "0", "", ""]),
+            made(["r1", &hex_jobs, "", "", ""]),
+            made(["r1", &hex_jobs, "0", "0", "abc"]),
+            made(["r1", &hex_jobs, "0", "0", &to_hex("jobs/a")]),
+            made(["r1", &hex_jobs, "0", "0", &to_hex("xjobs/a")]),
+            made(["r1", &hex_jobs, "0", "0", &to_hex("lother/name")]),
+            made(["r1", &hex_jobs, "0", "0", &to_hex("ljobs/a\tb")]),
+            made(["r1", &hex_jobs, "0", "0", &to_hex(&too_many)]),
+            format!("{}.extra", made(["r1", &hex_jobs, "0", "0", ""])),
+            "m1.6a6f62732f.6a6f62732f61".to_owned(),
+        ] {
+            let error = PageToken::parse(&garbage, &jobs).unwrap_err();
+            assert_eq!(invalid_field(error), "page_token", "{garbage:?}");
+        }
+    }
+
+    /// Glob characters of the key prefix match literally, and the pattern has no `}` (which
+    /// fred would read as a hash tag).
+    #[test]
+    fn scan_patterns_escape_the_key_prefix() {
+        assert_eq!(
+            scan_pattern("leased:", &prefix("jobs/")),
+            "leased:{jobs/*[^er]"
+        );
+        assert_eq!(
+            scan_pattern(r"a*b?[c]\:", &prefix("")),
+            r"a\*b\?\[c\]\\:{*[^er]"
+        );
+    }
+
+    /// A batch's keys give each lease name once, sorted, with the kinds of its keys found; keys
+    /// of other kinds, other prefixes or no lease name are left out.
+    #[test]
+    fn batches_yield_each_lease_name_once() {
+        let keys: Vec<String> = [
+            "leased:{jobs/b}",
+            "leased:{jobs/a}:permits",
+            "leased:{jobs/a}:holders",
+            "leased:{jobs/c}",
+            "leased:{jobs/c}:permits",
+            "leased:{jobs/d}:replicas",
+            "leased:{jobs/bad name}",
+            "leased:{jobs/e",
+            "leased:{jobs/f}extra",
+            "leased:{other}",
+            "other:{jobs/g}",
+        ]
+        .map(str::to_owned)
+        .into();
+        let names = || {
+            lease_names("leased:", &prefix("jobs/"), &keys)
+                .into_iter()
+                .map(|(name, kinds)| (name.to_string(), kinds.lease, kinds.permits))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(),
+            [
+                ("jobs/a".to_owned(), false, true),
+                ("jobs/b".to_owned(), true, false),
+                ("jobs/c".to_owned(), true, true),
+            ]
+        );
+    }
+
+    /// A lease is listed through the key of its kind only, and only while someone holds it.
+    #[test]
+    fn leases_are_listed_through_the_key_of_their_kind() {
+        let holder = HolderInfo {
+            holder: "h".into(),
+            fencing_token: 1,
+            expiry: None,
+        };
+        let held = |limit| Description {
+            limit,
+            holders: vec![holder.clone()],
+            waiters: 0,
+        };
+        let lease_key = KeyKinds {
+            lease: true,
+            permits: false,
+        };
+        let permits_key = KeyKinds {
+            lease: false,
+            permits: true,
+        };
+        assert!(lease_key.lists(&held(1)));
+        assert!(!lease_key.lists(&held(3)));
+        assert!(permits_key.lists(&held(3)));
+        assert!(!permits_key.lists(&held(1)));
+        assert!(!lease_key.lists(&Description::default()));
     }
 }

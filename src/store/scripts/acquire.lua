@@ -8,15 +8,18 @@
 -- KEYS[3]  <prefix>{name}:fence     string: the last fencing token issued; outlives the lease
 -- KEYS[4]  <prefix>{name}:queue     sorted set: waiting entries (queue.lua)
 -- KEYS[5]  <prefix>{name}:replicas  hash: replica -> deadline (queue.lua)
--- KEYS[6]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[6]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (queue.lua)
 -- KEYS[7]  <prefix>{name}:permits   sorted set: a counting lease's permits (queue.lua)
 -- KEYS[8]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (queue.lua)
+-- KEYS[9]  <prefix>{name}:watchers  hash: replica -> deadline, while any replica watches the name
+--                                   (watching.lua); a grant publishes 'g...' only then
 -- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] replica   ARGV[7] replica_ttl_ms
 -- ARGV[8]  max_waiters (the whole queue, every replica)   ARGV[9] limit (1: exclusive)
 -- ARGV[10] lock_delay_ms
 -- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
---          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms}
+--          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
+--           lock_delay_ms}
 --                    not granted: occupancy() of queue.lua; held 0 when no permit is taken (the
 --                    free one goes to someone ahead in the queue); remaining_ms, expires_at_ms
 --                    -1: no expiry. position: the entry's place (1 = next), 0 when not queued.
@@ -26,8 +29,8 @@
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
 -- lease key and the owner hash, so it must always be spelled the same way.
-local lease, owner_key, fence, queue, replicas, channel, permits, holders =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local lease, owner_key, fence, queue, replicas, channel, permits, holders, watchers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local lease_id, holder, entry = ARGV[1], ARGV[2], ARGV[5]
 local now_ms, now_us = redis_now()
 local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -37,7 +40,7 @@ local occupied
 local takeover = false
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'id', 'holder', 'token', 'ttl', 'exp')
+  local owner = redis.call('HMGET', owner_key, 'id', 'holder', 'token', 'ttl', 'exp', 'delay')
   local current_ms = tonumber(current)
   if owner[1] == lease_id and owner[5] == current and current_ms > now_ms then
     -- A retry of this very grant (the first reply was lost): answer it again.
@@ -47,7 +50,7 @@ if current then
     -- A key with no TTL whose timestamp has passed: the classic SETNX lock left by a crashed client.
     takeover = true
   else
-    occupied = {1, 1, unpack(holder_fields(lease, current, owner[2], owner[3], now_ms))}
+    occupied = {1, 1, unpack(holder_fields(lease, current, owner[2], owner[3], owner[6], now_ms))}
   end
 end
 if not occupied then
@@ -105,6 +108,9 @@ if free > 0 then
     if rank then
       redis.call('ZREM', queue, entry)
       queue_moved(queue, replicas, channel, free - 1)
+    end
+    if watched(watchers) then
+      redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
     end
     return {1, token, ttl_ms, expires_at_ms}
   end

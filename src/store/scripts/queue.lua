@@ -10,6 +10,11 @@
 -- free, or for a counting lease one of the first k in line with k permits free) and 'm' (positions
 -- or the holders changed). ARCHITECTURE.md, "Fair waiting".
 --
+-- The same channel carries the changes of holder, and only while some replica watches the name
+-- (<prefix>{name}:watchers exists: watching.lua): 'g' granted, 'r' released, 'v' revoked (the
+-- *_message functions below). Numbers are written with %d; the holder comes last, since it may
+-- hold spaces.
+--
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
 -- permits of a counting lease (limit > 1):
 --   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
@@ -89,9 +94,10 @@ local function keep_alive(queue, replicas, replica, now_ms, replica_ttl_ms)
 end
 
 -- Where a free or held lease stands, as the scripts reply: {held, holder, token, remaining_ms,
--- expires_at_ms}; remaining_ms and expires_at_ms -1 for a key without expiry. `current` is the
--- lease key's value, `owner` HMGET owner 'holder', 'token'.
-local function holder_fields(lease, current, holder, token, now_ms)
+-- expires_at_ms, lock_delay_ms}; remaining_ms (which counts the lock-delay) and expires_at_ms -1
+-- for a key without expiry. `current` is the lease key's value; holder, token and delay come from
+-- the owner hash.
+local function holder_fields(lease, current, holder, token, delay, now_ms)
   local pttl = redis.call('PTTL', lease)
   local current_ms = tonumber(current)
   local remaining_ms, expires_at_ms = -1, -1
@@ -101,7 +107,7 @@ local function holder_fields(lease, current, holder, token, now_ms)
   elseif current_ms then
     remaining_ms, expires_at_ms = current_ms - now_ms, current_ms
   end
-  return {1, holder or '', tonumber(token) or 0, remaining_ms, expires_at_ms}
+  return {1, holder or '', tonumber(token) or 0, remaining_ms, expires_at_ms, tonumber(delay) or 0}
 end
 
 -- Who holds the lease, as holder_fields answers, or nil when it is free: no key, or the expired
@@ -115,8 +121,8 @@ local function lease_holder(lease, owner_key, now_ms)
   if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
     return nil
   end
-  local owner = redis.call('HMGET', owner_key, 'holder', 'token')
-  return holder_fields(lease, current, owner[1], owner[2], now_ms)
+  local owner = redis.call('HMGET', owner_key, 'holder', 'token', 'delay')
+  return holder_fields(lease, current, owner[1], owner[2], owner[3], now_ms)
 end
 
 -- A permit's record in the holders hash, or nil.
@@ -167,14 +173,14 @@ end
 local function permit_fields(holders, lease_id, frees_at, now_ms)
   local permit = parse_permit(redis.call('HGET', holders, lease_id))
   if not permit then
-    return {1, '', 0, math.max(frees_at - now_ms, 0), frees_at}
+    return {1, '', 0, math.max(frees_at - now_ms, 0), frees_at, 0}
   end
-  return {1, permit.holder, permit.token, math.max(frees_at - now_ms, 0), permit.exp}
+  return {1, permit.holder, permit.token, math.max(frees_at - now_ms, 0), permit.exp, permit.delay}
 end
 
 -- occupancy() of a name nobody takes.
 local function nobody()
-  return {0, 0, 0, '', 0, 0, 0}
+  return {0, 0, 0, '', 0, 0, 0, 0}
 end
 
 -- occupancy() of a counting lease's permits alone.
@@ -189,8 +195,9 @@ local function permits_occupancy(permits, holders, now_ms)
 end
 
 -- Who takes a name, as the scripts reply: {taken, limit, held, holder, token, remaining_ms,
--- expires_at_ms}: the permits taken (held or in their lock-delay), the limit in force (0 when none
--- is taken), then the holder fields of the permit that frees soonest ({0, '', 0, 0, 0} when none).
+-- expires_at_ms, lock_delay_ms}: the permits taken (held or in their lock-delay), the limit in
+-- force (0 when none is taken), then the holder fields of the permit that frees soonest
+-- ({0, '', 0, 0, 0, 0} when none).
 local function occupancy(lease, owner_key, permits, holders, now_ms)
   local exclusive = lease_holder(lease, owner_key, now_ms)
   if exclusive then
@@ -220,4 +227,32 @@ local function next_token(fence, now_us, fence_ttl_ms)
     redis.call('PEXPIRE', fence, fence_ttl_ms)
   end
   return token
+end
+
+-- Whether some replica watches the name (watching.lua): only then are its changes published.
+local function watched(watchers)
+  return redis.call('EXISTS', watchers) == 1
+end
+
+-- 'g<token> <limit> <ttl_ms> <expires_at_ms> <holder>': a grant.
+local function granted_message(token, limit, ttl_ms, expires_at_ms, holder)
+  return string.format('g%d %d %d %d ', token, limit, ttl_ms, expires_at_ms) .. holder
+end
+
+-- 'r<token> <expires_at_ms> <holder>': a release by the holder.
+local function released_message(token, expires_at_ms, holder)
+  return string.format('r%d %d ', token, expires_at_ms) .. holder
+end
+
+-- 'v<token> <expires_at_ms> <reason bytes> <reason><holder>': a revoke; the reason is
+-- length-prefixed, since both texts may hold spaces.
+local function revoked_message(token, expires_at_ms, reason, holder)
+  return string.format('v%d %d %d ', token, expires_at_ms, #reason) .. reason .. holder
+end
+
+-- Why `lease_id`'s grant was revoked (revoke.lua), or nil if it was not, recently:
+-- <prefix>{name}:revoked holds lease_id -> '<until_ms> <reason>'.
+local function revoked_reason(revoked, lease_id)
+  local record = redis.call('HGET', revoked, lease_id)
+  return record and string.match(record, '^%d+ (.*)$')
 end

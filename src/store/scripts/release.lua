@@ -6,26 +6,31 @@
 -- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
--- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
 -- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
+-- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline; 'r...' is published only if it exists
 -- ARGV[1]  lease_id
 -- Reply    {1, woken}  released; woken: the entry the permit goes to, '' if nobody waits for it
---          {0}         not the holder (already released, expired, or taken over)
-local lease, owner_key, queue, replicas, channel, permits, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+--          {0}         not the holder (already released, expired, revoked, or taken over)
+local lease, owner_key, queue, replicas, channel, permits, holders, watchers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now_ms = redis_now()
 
 -- Permits free once this one is: the callers at those places in line may take one.
 local free
+-- The grant that ends, for the watchers: token, expires_at_ms, holder.
+local ended
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'id', 'exp')
+  local owner = redis.call('HMGET', owner_key, 'id', 'exp', 'token', 'holder')
   -- A lease in its lock-delay has expired: releasing it is too late to end the delay.
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
     return {0}
   end
   redis.call('DEL', lease, owner_key)
   free = 1
+  ended = {tonumber(owner[3]) or 0, tonumber(current), owner[4] or ''}
 else
   local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
   if not permit or permit.exp <= now_ms then
@@ -36,6 +41,11 @@ else
   redis.call('HDEL', holders, ARGV[1])
   drop_freed_permits(permits, holders, now_ms)
   free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+  ended = {permit.token, permit.exp, permit.holder}
+end
+
+if watched(watchers) then
+  redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
 end
 
 local woken = ''

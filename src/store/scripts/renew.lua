@@ -5,22 +5,35 @@
 -- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
+-- KEYS[5]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>' (revoke.lua); read
+--                                   only when the lease is lost
 -- ARGV[1]  lease_id   ARGV[2] ttl_ms (0: keep the granted TTL)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   renewed
 --          {0, 'expired'}                      nobody holds it (TTL passed, or released)
 --          {0, 'taken'}                        someone else holds it
-local lease, owner_key, permits, holders = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+--          {0, 'revoked', reason}              an operator revoked this grant, for this reason
+local lease, owner_key, permits, holders, revoked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now_ms = redis_now()
+
+-- The answer for a lease that is no longer ARGV[1]'s: revoked, whoever holds it now, if it was.
+local function lost(kind)
+  local reason = revoked_reason(revoked, ARGV[1])
+  if reason then
+    return {0, 'revoked', reason}
+  end
+  return {0, kind}
+end
+
 local current = redis.call('GET', lease)
 if current then
   local owner = redis.call('HMGET', owner_key, 'id', 'token', 'ttl', 'exp', 'delay')
   local current_ms = tonumber(current) -- nil for a key something else wrote
   if current_ms and current_ms <= now_ms then
-    return {0, 'expired'} -- in a lock-delay, or a crashed classic lock: nobody holds it
+    return lost('expired') -- in a lock-delay, or a crashed classic lock: nobody holds it
   end
   -- The lease key must still hold the expiry this holder set: anything else is another holder's.
   if owner[1] ~= ARGV[1] or owner[4] ~= current then
-    return {0, 'taken'}
+    return lost('taken')
   end
   local ttl_ms = tonumber(ARGV[2])
   if ttl_ms == 0 then
@@ -35,10 +48,10 @@ if current then
   return {1, tonumber(owner[2]), ttl_ms, expires_at_ms}
 end
 
--- A permit of a counting lease is never someone else's: gone is expired or released.
+-- A permit of a counting lease is never someone else's: gone is expired, released or revoked.
 local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
 if not permit or permit.exp <= now_ms then
-  return {0, 'expired'}
+  return lost('expired')
 end
 local ttl_ms = tonumber(ARGV[2])
 if ttl_ms == 0 then

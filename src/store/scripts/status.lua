@@ -10,9 +10,9 @@
 -- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  replica   ARGV[2] replica_ttl_ms   ARGV[3..] this replica's entries
--- Reply    {taken, limit, held, holder, token, remaining_ms, expires_at_ms, position...}: who
---          takes the name (occupancy() of queue.lua), then one position per entry (1 = next in
---          line, 0 = not in the queue: join again)
+-- Reply    {taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms,
+--          position...}: who takes the name (occupancy() of queue.lua), then one position per
+--          entry (1 = next in line, 0 = not in the queue: join again)
 local queue, replicas, channel = KEYS[3], KEYS[4], KEYS[5]
 local now_ms = redis_now()
 

@@ -1,0 +1,106 @@
+-- revoke: an operator ends the grants of a name at once, like releases by their holders (no
+-- lock-delay): the grant with one fencing token, or every grant. Only grants that still hold are
+-- revoked: one in its lock-delay has expired already. Each revoked holder's renewals answer the
+-- reason (renew.lua) for the grant's TTL; the callers in line that the freed permits go to are
+-- woken, as release.lua does. Prepended with queue.lua.
+--
+-- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
+-- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
+-- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
+-- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
+-- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
+-- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
+-- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline; 'v...' is published only if it exists
+-- KEYS[9]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>'; expires with its
+--                                   last entry
+-- ARGV[1]  fencing token ('0': every grant that holds the name)   ARGV[2] reason
+-- Reply    {token, holder, token, holder, ...}: the grants revoked; {} when none matched
+local lease, owner_key, queue, replicas, channel, permits, holders, watchers, revoked =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local only, reason = tonumber(ARGV[1]), ARGV[2]
+local now_ms = redis_now()
+
+-- Whether a grant with this token is one to revoke.
+local function chosen(token)
+  return only == 0 or token == only
+end
+
+-- The grants that end: {id, token, holder, ttl, exp}.
+local ended = {}
+-- Permits free once they have ended: the callers at those places in line may take one.
+local free = 0
+local current = redis.call('GET', lease)
+local owner = current and redis.call('HMGET', owner_key, 'id', 'holder', 'token', 'ttl', 'exp')
+-- An exclusive lease leased granted (its owner hash matches the key), and not in its lock-delay.
+-- A key something else wrote (a classic lock) has no grant to revoke.
+if owner and owner[1] and owner[5] == current and tonumber(current) > now_ms then
+  if chosen(tonumber(owner[3])) then
+    redis.call('DEL', lease, owner_key)
+    table.insert(ended, {id = owner[1], token = tonumber(owner[3]), holder = owner[2] or '',
+      ttl = tonumber(owner[4]) or 0, exp = tonumber(current)})
+    free = 1
+  end
+else
+  -- At most the limit in force (--max-limit) of permits are taken.
+  local limit = tonumber(redis.call('HGET', holders, 'limit')) or 1
+  for _, lease_id in ipairs(redis.call('ZRANGE', permits, taken_after(now_ms), '+inf', 'BYSCORE')) do
+    local permit = parse_permit(redis.call('HGET', holders, lease_id))
+    if permit and permit.exp > now_ms and chosen(permit.token) then
+      redis.call('ZREM', permits, lease_id)
+      redis.call('HDEL', holders, lease_id)
+      table.insert(ended, {id = lease_id, token = permit.token, holder = permit.holder,
+        ttl = permit.ttl, exp = permit.exp})
+    end
+  end
+  if #ended > 0 then
+    drop_freed_permits(permits, holders, now_ms)
+    free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+  end
+end
+if #ended == 0 then
+  return {}
+end
+
+-- The revoked holders learn why for their grant's TTL: they renew well within it. Entries past
+-- their moment are dropped, so the hash holds only the revokes of the last TTL.
+local keep_ms = 0
+for _, grant in ipairs(ended) do
+  redis.call('HSET', revoked, grant.id, string.format('%d ', now_ms + grant.ttl) .. reason)
+  keep_ms = math.max(keep_ms, grant.ttl)
+end
+local records = redis.call('HGETALL', revoked)
+for i = 1, #records, 2 do
+  local until_ms = tonumber(string.match(records[i + 1], '^(%d+) '))
+  if not until_ms or until_ms < now_ms then
+    redis.call('HDEL', revoked, records[i])
+  end
+end
+redis.call('PEXPIRE', revoked, math.max(redis.call('PTTL', revoked), keep_ms, 1))
+
+if watched(watchers) then
+  for _, grant in ipairs(ended) do
+    redis.call('SPUBLISH', channel, revoked_message(grant.token, grant.exp, reason, grant.holder))
+  end
+end
+
+-- As a release: the free permits go to the first `free` callers in line; those freed here go to
+-- the last of them (the ones ahead were woken when theirs freed).
+if free > 0 and redis.call('EXISTS', queue) == 1 then
+  if purge_dead_replicas(queue, replicas, now_ms) then
+    queue_moved(queue, replicas, channel, free)
+  else
+    local first = math.max(free - #ended, 0)
+    local last = math.min(free, first + MAX_WAKE_UPS) - 1
+    for _, entry in ipairs(redis.call('ZRANGE', queue, first, last)) do
+      redis.call('SPUBLISH', channel, 'w' .. entry)
+    end
+  end
+end
+
+local reply = {}
+for _, grant in ipairs(ended) do
+  table.insert(reply, grant.token)
+  table.insert(reply, grant.holder)
+end
+return reply
