@@ -368,6 +368,14 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// counted, ended by [`Self::unlisten`].
     fn listen(&self, name: &LeaseName);
 
+    /// Resolves once the deliveries that [`Self::listen`] asked for are in place (the Redis
+    /// store: its subscription to the name's channel is confirmed), so that every change after
+    /// it is reported. May never resolve while the store is unreachable: bound it with a timeout.
+    fn listening(&self, name: &LeaseName) -> impl Future<Output = ()> + Send {
+        let _ = name;
+        async {}
+    }
+
     /// Stops delivering wake-ups for `name` once every `listen` is matched.
     fn unlisten(&self, name: &LeaseName);
 

@@ -29,6 +29,9 @@ use crate::error::{Error, Result};
 /// the store (which reports changes only while someone is registered).
 pub const WATCH_KEEPALIVE: Duration = Duration::from_secs(1);
 
+/// How long the first read of a name waits for the store's subscription to it.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A holder that the store no longer shows before its TTL passed was released or revoked, and
 /// the store's message saying so is on its way: it gets this long to arrive before the holder
 /// is reported expired.
@@ -750,8 +753,12 @@ async fn registration_kept<S: LeaseStore>(store: &S, name: &LeaseName) -> bool {
 async fn watch_while_watched<S: LeaseStore>(store: &S, name: &LeaseName, tend: &Notify) {
     let watchers = store.watchers();
     store.listen(name);
-    // Registered before the first read, so that every change after it is reported.
+    // Registered and subscribed before the first read, so that every change after it is
+    // reported as itself (a change before the subscription would only show up in a later read,
+    // as a snapshot). A store that cannot subscribe now gets its read anyway: the resync after
+    // the subscription succeeds catches up.
     registration_kept(store, name).await;
+    let _ = tokio::time::timeout(LISTEN_TIMEOUT, store.listening(name)).await;
     let mut keepalive = interval_at(Instant::now() + WATCH_KEEPALIVE, WATCH_KEEPALIVE);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut tender = Tender {

@@ -30,7 +30,10 @@ use fred::{
     types::{InfoKind, scripts::Script},
 };
 use futures::{StreamExt, stream};
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
 
 use crate::{
     error::{Error, Result, StartupError},
@@ -245,6 +248,7 @@ impl RedisStore {
             key_prefix: options.key_prefix.clone(),
             wanted: Mutex::new(HashMap::new()),
             failing: Mutex::new(HashSet::new()),
+            subscribed: watch::Sender::default(),
             changes,
         });
         let background = vec![
@@ -401,6 +405,9 @@ struct Subscriptions {
     /// Channels whose subscription failed and is being retried: wake-ups for them are lost, and
     /// the store is unhealthy until they succeed.
     failing: Mutex<HashSet<String>>,
+    /// The channels subscribed now, as [`keep_subscriptions`] last confirmed them: what
+    /// [`LeaseStore::listening`] waits for.
+    subscribed: watch::Sender<HashSet<String>>,
     changes: mpsc::UnboundedSender<SubscriptionChange>,
 }
 
@@ -451,17 +458,18 @@ async fn keep_subscriptions(
     watchers: Arc<Watchers>,
     mut changes: mpsc::UnboundedReceiver<SubscriptionChange>,
 ) {
-    let mut subscribed = HashSet::new();
+    let subscribed = &subscriptions.subscribed;
     while let Some(change) = changes.recv().await {
         let channel = match change {
             SubscriptionChange::Channel(channel) => channel,
             SubscriptionChange::Reconnected => {
-                subscribed.clear();
+                subscribed.send_modify(HashSet::clear);
                 continue;
             }
         };
         let wanted = subscriptions.wanted().contains_key(&channel);
-        if wanted && !subscribed.contains(&channel) {
+        let is_subscribed = subscribed.borrow().contains(&channel);
+        if wanted && !is_subscribed {
             match subscriber.ssubscribe(channel.as_str()).await {
                 Ok(()) => {
                     subscriptions.failing().remove(&channel);
@@ -469,7 +477,9 @@ async fn keep_subscriptions(
                         waiters.moved(name);
                         watchers.resync(name);
                     }
-                    subscribed.insert(channel);
+                    subscribed.send_modify(|subscribed| {
+                        subscribed.insert(channel);
+                    });
                 }
                 Err(error) => {
                     if subscriptions.failing().insert(channel.clone())
@@ -480,11 +490,13 @@ async fn keep_subscriptions(
                     retry_later(&subscriptions, channel);
                 }
             }
-        } else if !wanted && subscribed.contains(&channel) {
+        } else if !wanted && is_subscribed {
             subscriptions.failing().remove(&channel);
             match subscriber.sunsubscribe(channel.as_str()).await {
                 Ok(()) => {
-                    subscribed.remove(&channel);
+                    subscribed.send_modify(|subscribed| {
+                        subscribed.remove(&channel);
+                    });
                 }
                 Err(error) => {
                     tracing::debug!(%channel, %error, "cannot unsubscribe; retrying");
@@ -871,6 +883,15 @@ impl LeaseStore for RedisStore {
         if first {
             self.subscriptions.reconcile(channel);
         }
+    }
+
+    async fn listening(&self, name: &LeaseName) {
+        let channel = self.subscriptions.channel(name);
+        let mut subscribed = self.subscriptions.subscribed.subscribe();
+        // Fails only when the store is being dropped.
+        let _ = subscribed
+            .wait_for(|subscribed| subscribed.contains(&channel))
+            .await;
     }
 
     fn unlisten(&self, name: &LeaseName) {
@@ -1600,6 +1621,7 @@ mod tests {
             key_prefix: "leased:".into(),
             wanted: Mutex::default(),
             failing: Mutex::default(),
+            subscribed: watch::Sender::default(),
             changes,
         };
         let name = crate::lease::limits::parse_name("jobs/nightly").unwrap();
