@@ -15,10 +15,13 @@
 //! - [`scale`]: 100,000 held leases; the server's memory per open Renew stream and per lease a
 //!   stream holds; Redis memory per held permit of a counting lease.
 //! - [`hostile`]: what a connection costs the server, and a flood of 25,000 idle connections.
+//! - [`fanout`]: 1,000 watchers of one name: release → the last watcher's event, and every
+//!   event delivered to each while the name is granted and released 100 times a second.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 
 mod etcd;
 mod fair;
+mod fanout;
 mod handoff;
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
@@ -60,6 +63,9 @@ const SEMAPHORE_LIMIT: u32 = 8;
 
 /// Open Renew streams in `grpc_renew` and `held_scale`.
 const RENEW_STREAMS: usize = 1000;
+
+/// Watchers of one name in `watch_fanout`.
+const FANOUT_WATCHERS: usize = 1000;
 
 #[derive(Parser, Debug)]
 #[command(about = "leased benchmarks (README.md, section Performance)")]
@@ -203,6 +209,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("held_scale", held_scale(&run));
     scenario!("permit_memory", permit_memory(&run));
     scenario!("renew_stream_memory", renew_stream_memory(&run));
+    scenario!("watch_fanout", watch_fanout(&run));
     scenario!(
         "hostile_connections",
         hostile::hostile_connections(&run.redis.url(), &run.args.server_log, run.args.quick)
@@ -567,6 +574,18 @@ async fn permit_memory(run: &Run) -> BenchResult<Vec<Row>> {
 async fn renew_stream_memory(run: &Run) -> BenchResult<Vec<Row>> {
     let sizes = scale::RenewMemory::new(run.args.quick);
     scale::renew_stream_memory(&sizes, &run.redis.url(), &run.args.server_log).await
+}
+
+async fn watch_fanout(run: &Run) -> BenchResult<Vec<Row>> {
+    let sizes = fanout::Fanout {
+        watchers: FANOUT_WATCHERS,
+        rounds: match run.args.quick {
+            true => 20,
+            false => 500,
+        },
+        limit: run.budget.measure,
+    };
+    fanout::watch_fanout(&sizes, &run.channels, run.server.pid()).await
 }
 
 /// One target of the issue, next to what was measured.

@@ -93,7 +93,7 @@ impl<T> Drop for Metered<T> {
 }
 
 /// User plus system CPU time of each metered process so far.
-fn cpu_times() -> Vec<(String, Duration)> {
+pub fn cpu_times() -> Vec<(String, Duration)> {
     let metered = METERED.lock().expect("metered lock").clone();
     metered
         .into_iter()
@@ -102,7 +102,7 @@ fn cpu_times() -> Vec<(String, Duration)> {
 }
 
 /// CPU time spent between two [`cpu_times`] readings, per process.
-fn cpu_spent(
+pub fn cpu_spent(
     before: &[(String, Duration)],
     after: Vec<(String, Duration)>,
 ) -> Vec<(String, Duration)> {

@@ -115,7 +115,7 @@ impl Worker for DirectRenew {
         match self.store.renew(&self.name, &self.lease_id, None).await? {
             RenewOutcome::Renewed { .. } => Ok(()),
             RenewOutcome::Lost(reason) => {
-                Err(format!("{} lost: {}", self.name, reason.as_str()).into())
+                Err(format!("{} lost: {}", self.name, reason.reason()).into())
             }
         }
     }

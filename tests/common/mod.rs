@@ -17,8 +17,10 @@ pub use harness::{
 use std::time::Duration;
 
 use leased::proto::{
-    AcquireRequest, AcquireResponse, DescribeRequest, DescribeResponse, Granted, ReleaseRequest,
-    RenewRequest, RenewResponse, Waiting, acquire_response,
+    AcquireRequest, AcquireResponse, CheckTokenRequest, CheckTokenResponse, DescribeRequest,
+    DescribeResponse, Granted, ListRequest, ListResponse, ReleaseRequest, RenewRequest,
+    RenewResponse, RevokeRequest, RevokeResponse, Waiting, WatchEvent, WatchRequest,
+    acquire_response, lease_admin_service_client::LeaseAdminServiceClient,
     lease_service_client::LeaseServiceClient,
 };
 use tokio_stream::StreamExt;
@@ -504,3 +506,170 @@ macro_rules! on_both_stores {
 }
 #[allow(unused_imports)]
 pub(crate) use on_both_stores;
+
+impl Replicas {
+    /// A new `LeaseAdminService` client of replica `index` (modulo the number of replicas).
+    pub async fn admin(&self, index: usize) -> AdminClient {
+        admin_client(&self.servers[index % self.servers.len()].endpoint()).await
+    }
+
+    /// The gRPC endpoint (`http://host:port`) of replica `index` (modulo the number of replicas),
+    /// for a client with settings of its own.
+    pub fn endpoint(&self, index: usize) -> String {
+        self.servers[index % self.servers.len()].endpoint()
+    }
+
+    /// Whether the scenario runs on Redis (two replicas) rather than the embedded store.
+    pub fn on_redis(&self) -> bool {
+        self._redis.is_some()
+    }
+}
+
+/// The generated `LeaseAdminService` client.
+pub type AdminClient = LeaseAdminServiceClient<Channel>;
+
+/// A `LeaseAdminService` client of the server at `endpoint` (`http://host:port`).
+pub async fn admin_client(endpoint: &str) -> AdminClient {
+    LeaseAdminServiceClient::connect(endpoint.to_owned())
+        .await
+        .expect("cannot connect to leased")
+}
+
+/// Opens `Watch` on `name`: the event stream (its first event is the snapshot).
+pub async fn open_watch(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+) -> tonic::Streaming<WatchEvent> {
+    client
+        .watch(WatchRequest { name: name.into() })
+        .await
+        .unwrap_or_else(|status| panic!("Watch {name} failed: {status:?}"))
+        .into_inner()
+}
+
+/// The next event of a Watch stream within `timeout`; panics if none comes in time, or the
+/// stream ends or fails.
+pub async fn next_event_within(
+    stream: &mut tonic::Streaming<WatchEvent>,
+    timeout: Duration,
+) -> WatchEvent {
+    match tokio::time::timeout(timeout, stream.next()).await {
+        Err(_) => panic!("no Watch event within {timeout:?}"),
+        Ok(None) => panic!("the Watch stream ended"),
+        Ok(Some(Err(status))) => panic!("the Watch stream failed: {status:?}"),
+        Ok(Some(Ok(event))) => event,
+    }
+}
+
+/// The status a Watch of `request` is refused with, whether it comes as the call's status or as
+/// the stream's first item. Panics if the Watch is served instead.
+pub async fn watch_refusal(
+    client: &mut LeaseServiceClient<Channel>,
+    request: tonic::Request<WatchRequest>,
+) -> tonic::Status {
+    match client.watch(request).await {
+        Err(status) => status,
+        Ok(response) => match response.into_inner().next().await {
+            Some(Err(status)) => status,
+            other => panic!("the Watch was served: {other:?}"),
+        },
+    }
+}
+
+/// CheckToken that must answer.
+pub async fn check_token(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    fencing_token: u64,
+) -> CheckTokenResponse {
+    client
+        .check_token(CheckTokenRequest {
+            name: name.into(),
+            fencing_token,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("CheckToken {name} {fencing_token} failed: {status:?}"))
+        .into_inner()
+}
+
+/// Revoke that must answer (`fencing_token` 0: whoever holds it).
+pub async fn revoke(
+    admin: &mut AdminClient,
+    name: &str,
+    reason: &str,
+    fencing_token: u64,
+) -> RevokeResponse {
+    admin
+        .revoke(RevokeRequest {
+            name: name.into(),
+            reason: reason.into(),
+            fencing_token,
+        })
+        .await
+        .unwrap_or_else(|status| panic!("Revoke {name} {fencing_token} failed: {status:?}"))
+        .into_inner()
+}
+
+/// Every page of a listing of `prefix` with `page_size`, following `next_page_token` until it is
+/// empty (at most `max_pages`, against a token that never ends).
+pub async fn list_pages(
+    admin: &mut AdminClient,
+    prefix: &str,
+    page_size: u32,
+    max_pages: usize,
+) -> Vec<ListResponse> {
+    let mut pages = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = admin
+            .list(ListRequest {
+                prefix: prefix.into(),
+                page_size,
+                page_token: page_token.clone(),
+            })
+            .await
+            .unwrap_or_else(|status| {
+                panic!(
+                    "List {prefix:?} page {} failed: {status:?}",
+                    pages.len() + 1
+                )
+            })
+            .into_inner();
+        page_token = page.next_page_token.clone();
+        pages.push(page);
+        if page_token.is_empty() {
+            return pages;
+        }
+        assert!(
+            pages.len() < max_pages,
+            "List {prefix:?} did not end within {max_pages} pages"
+        );
+    }
+}
+
+/// `GET /metrics` of the metrics endpoint on `port`, over plain HTTP/1.1: the body and headers.
+pub fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of the Prometheus sample `series` (name and labels, as printed) in `metrics`; 0 if
+/// absent.
+pub fn metric_sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .map_or(0.0, |line| {
+            line.rsplit(' ')
+                .next()
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("not a sample: {line}"))
+        })
+}

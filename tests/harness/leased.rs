@@ -191,6 +191,8 @@ pub struct Serve {
     log: Log,
     log_level: String,
     fd_limit: Option<u64>,
+    /// `--health-listen`: where health answers in plaintext (the gRPC port may speak TLS).
+    health_address: Option<SocketAddr>,
 }
 
 impl Serve {
@@ -235,6 +237,16 @@ impl Serve {
     /// Starts the child with this open-file limit, soft and hard (it cannot raise it).
     pub fn fd_limit(mut self, limit: u64) -> Self {
         self.fd_limit = Some(limit);
+        self
+    }
+
+    /// Serves `grpc.health.v1` in plaintext on a fresh port too (`--health-listen`), and waits
+    /// for SERVING there: for a server whose gRPC port speaks TLS.
+    pub fn plaintext_health(mut self) -> Self {
+        let address: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        self.args
+            .extend(["--health-listen".into(), address.to_string().into()]);
+        self.health_address = Some(address);
         self
     }
 
@@ -306,7 +318,8 @@ impl Serve {
             process: Owned(Some(child)),
             log_reader,
         };
-        wait_health(address, ServingStatus::Serving as i32).await?;
+        let health_address = self.health_address.unwrap_or(address);
+        wait_health(health_address, ServingStatus::Serving as i32).await?;
         Ok(server)
     }
 
@@ -339,6 +352,7 @@ impl LeasedProcess {
             log: Log::Inherit,
             log_level: "warn".to_owned(),
             fd_limit: None,
+            health_address: None,
         }
     }
 
