@@ -788,6 +788,12 @@ async fn watch_while_watched<S: LeaseStore>(store: &S, name: &LeaseName, tend: &
                 last_expiry_read = Some(now);
             }
             expiry_due = false;
+            if reread == Reread::Always {
+                // Changes were missed, perhaps because the store lost this replica's registration
+                // (a Redis restart): register again before the read, so that the changes after
+                // it are reported as themselves rather than at the next keepalive's re-read.
+                registration_kept(store, name).await;
+            }
             let max_before = tender.view.max_token;
             match store.describe(name).await {
                 Ok(description) => {
