@@ -201,24 +201,32 @@ fn write_tokens(path: &PathBuf, entries: &[(&str, &str, &[&str], &[&str])]) {
     std::fs::write(path, serde_json::json!({ "tokens": tokens }).to_string()).unwrap();
 }
 
+/// A token's client name, token, prefixes and operations.
+type TokenEntry = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+/// The tokens of [`tokens_file`]: "payments" may use payments/ names, "reader" may describe all.
+const BASE_TOKENS: [TokenEntry; 2] = [
+    (
+        "payments",
+        PAYMENTS_TOKEN,
+        &["payments/"],
+        &["acquire", "renew", "release", "describe"],
+    ),
+    ("reader", READER_TOKEN, &[""], &["describe"]),
+];
+
 fn tokens_file() -> PathBuf {
     let path = std::env::temp_dir().join(format!(
         "leased-tokens-{}-{}.json",
         std::process::id(),
         free_port()
     ));
-    write_tokens(
-        &path,
-        &[
-            (
-                "payments",
-                PAYMENTS_TOKEN,
-                &["payments/"],
-                &["acquire", "renew", "release", "describe"],
-            ),
-            ("reader", READER_TOKEN, &[""], &["describe"]),
-        ],
-    );
+    write_tokens(&path, &BASE_TOKENS);
     path
 }
 
@@ -553,30 +561,22 @@ const OBSERVER_TOKEN: &str = "observer-token-0123456789ab";
 /// but not revoke.
 fn admin_tokens_file() -> PathBuf {
     let path = tokens_file();
-    write_tokens(
-        &path,
-        &[
-            (
-                "payments",
-                PAYMENTS_TOKEN,
-                &["payments/"],
-                &["acquire", "renew", "release", "describe"],
-            ),
-            ("reader", READER_TOKEN, &[""], &["describe"]),
-            (
-                "operator",
-                OPERATOR_TOKEN,
-                &["payments/"],
-                &["list", "revoke", "watch", "check", "describe"],
-            ),
-            (
-                "observer",
-                OBSERVER_TOKEN,
-                &[""],
-                &["watch", "check", "list"],
-            ),
-        ],
-    );
+    let mut tokens = BASE_TOKENS.to_vec();
+    tokens.extend_from_slice(&[
+        (
+            "operator",
+            OPERATOR_TOKEN,
+            &["payments/"],
+            &["list", "revoke", "watch", "check", "describe"],
+        ),
+        (
+            "observer",
+            OBSERVER_TOKEN,
+            &[""],
+            &["watch", "check", "list"],
+        ),
+    ]);
+    write_tokens(&path, &tokens);
     path
 }
 

@@ -10,9 +10,9 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::unix_micros;
+use super::{from_hex, invalid_page_token, to_hex, unix_micros};
 use crate::{
-    error::{Error, Result},
+    error::Result,
     lease::{
         AcquireOutcome, ChangeCause, Description, Expiry, Grant, HolderInfo, LeaseChange,
         LeaseGone, LeaseId, LeaseName, LeaseStore, ListPage, ListPrefix, ListedLease, Occupancy,
@@ -367,13 +367,7 @@ fn next_page_token(prefix: &ListPrefix, last_name: &str) -> String {
 
 /// The last name of the previous page, from a token this store made for this prefix.
 fn parse_page_token(token: &str, prefix: &ListPrefix) -> Result<String> {
-    let invalid = || {
-        Error::invalid(
-            "page_token",
-            "is not a page token of this listing: pass the previous page's next_page_token, \
-             with the same prefix",
-        )
-    };
+    let invalid = invalid_page_token;
     let fields = token.strip_prefix(PAGE_TOKEN_VERSION).ok_or_else(invalid)?;
     let (token_prefix, last_name) = fields.split_once('.').ok_or_else(invalid)?;
     let token_prefix = from_hex(token_prefix).ok_or_else(invalid)?;
@@ -382,25 +376,6 @@ fn parse_page_token(token: &str, prefix: &ListPrefix) -> Result<String> {
         return Err(invalid());
     }
     Ok(last_name)
-}
-
-fn to_hex(text: &str) -> String {
-    text.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(hex: &str) -> Option<String> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    let digits = hex
-        .chars()
-        .map(|c| c.to_digit(16).map(|digit| digit as u8))
-        .collect::<Option<Vec<u8>>>()?;
-    let bytes = digits
-        .chunks(2)
-        .map(|pair| pair[0] << 4 | pair[1])
-        .collect();
-    String::from_utf8(bytes).ok()
 }
 
 impl LeaseStore for MemoryStore {
@@ -705,6 +680,7 @@ impl LeaseStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::{
         lease::{
             AcquireOutcome, Limits,

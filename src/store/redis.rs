@@ -35,6 +35,7 @@ use tokio::{
     task::JoinHandle,
 };
 
+use super::{from_hex, invalid_page_token, to_hex};
 use crate::{
     error::{Error, Result, StartupError},
     lease::{
@@ -1370,13 +1371,7 @@ impl PageToken {
 
     /// A token this store made for a listing of `prefix`, else `INVALID_ARGUMENT` `page_token`.
     fn parse(token: &str, prefix: &ListPrefix) -> Result<Self> {
-        let invalid = || {
-            Error::invalid(
-                "page_token",
-                "is not a page token of this listing: pass the previous page's next_page_token, \
-                 with the same prefix",
-            )
-        };
+        let invalid = invalid_page_token;
         let fields: Vec<&str> = token.split('.').collect();
         let [version, token_prefix, slot, cursor, pending] = fields.as_slice() else {
             return Err(invalid());
@@ -1417,22 +1412,6 @@ impl PageToken {
         }
         Ok(PageToken { next, pending })
     }
-}
-
-fn to_hex(text: &str) -> String {
-    text.bytes().map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// The text that [`to_hex`] made, or `None`.
-fn from_hex(hex: &str) -> Option<String> {
-    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
-        return None;
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|index| u8::from_str_radix(&hex[index..index + 2], 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
 }
 
 /// Connection trouble is `UNAVAILABLE` (retrying later may succeed). Anything Redis refused on
