@@ -190,7 +190,10 @@ impl<R: Renewer> Keepalive<R> {
         let mut next_renewal = requested_at + renew_period;
         let mut last_error = String::from("no renewal answered");
         loop {
+            // Biased, in this order: once trust has ended, no renewal may start (a renewal sent
+            // now could only be answered after the moment we promised to stop trusting).
             tokio::select! {
+                biased;
                 _ = &mut stopped => return,
                 _ = sleep_until(trusted_until) => {
                     let _ = lost.send(Some(LostReason::Unreachable(last_error)));
@@ -200,6 +203,7 @@ impl<R: Renewer> Keepalive<R> {
             }
             let sent_at = Instant::now();
             let answer = tokio::select! {
+                biased;
                 _ = &mut stopped => return,
                 answer = timeout_at(trusted_until, self.renewer.renew()) => answer,
             };
@@ -218,8 +222,14 @@ impl<R: Renewer> Keepalive<R> {
                     tracing::debug!(name = %self.name, %last_error, "renewal failed; retrying");
                     next_renewal = Instant::now() + retry_delay;
                 }
-                // The loop's own timer reports the loss.
-                Err(_elapsed) => last_error = "renewal timed out".into(),
+                // Trust ended while the renewal was in flight: the lease is lost now, whatever the
+                // answer will say. Returning also drops the renewer and its stream, so that a late
+                // reply can never be read as the answer to a later request.
+                Err(_elapsed) => {
+                    let reason = "renewal timed out".to_owned();
+                    let _ = lost.send(Some(LostReason::Unreachable(reason)));
+                    return;
+                }
             }
         }
     }
@@ -320,6 +330,35 @@ mod tests {
                 Answer::Error => Err(ClientError::Protocol("scripted failure".into())),
                 Answer::Hang => std::future::pending().await,
             }
+        }
+    }
+
+    /// A [`Renewer`] shaped like one Renew stream: replies come back in the order the requests
+    /// were sent, each `delay` after its request (then at once). A reply reaches the stream's
+    /// buffer at its time and is read one scheduling step later; a renewal given up in between
+    /// (its future dropped on a timeout) leaves the reply buffered, and the next renewal reads it
+    /// first and at once, as over a real stream that was not discarded.
+    struct InOrderStream {
+        delays: VecDeque<Duration>,
+        /// The replies sent but not yet read, oldest first: when each arrives, and whether it has.
+        in_flight: VecDeque<(Instant, bool)>,
+    }
+
+    impl Renewer for InOrderStream {
+        async fn renew(&mut self) -> Result<renew_response::Result, ClientError> {
+            let delay = self.delays.pop_front().unwrap_or(Duration::ZERO);
+            self.in_flight.push_back((Instant::now() + delay, false));
+            let (arrives, buffered) = self.in_flight[0];
+            if !buffered {
+                sleep_until(arrives).await;
+                self.in_flight[0].1 = true;
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.pop_front();
+            Ok(renew_response::Result::Renewed(Renewed {
+                ttl_ms: TTL.as_millis() as i64,
+                ..Renewed::default()
+            }))
         }
     }
 
@@ -428,6 +467,49 @@ mod tests {
         // At the loss a ready renewal timer may race the trust timer, so compare the first four.
         let calls = running.calls_since(start);
         assert_eq!(calls[..4], [ms(1000), ms(1150), ms(1300), ms(2300)]);
+    }
+
+    /// A `renewed` that arrives after trust ended is never credited: the loss is reported at
+    /// `trusted_until`, although the late reply says renewed and later renewals would be answered
+    /// at once. (The old loop sometimes renewed again after the timeout, read the late reply as the
+    /// new request's answer and trusted the lease a TTL past its expiry on the server: about one
+    /// try in two, so 64 tries catch it all but surely.)
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_answered_after_the_trust_ended_still_ends_in_a_loss() {
+        let start = Instant::now();
+        let mut stops = Vec::new();
+        let mut losses = Vec::new();
+        for _ in 0..64 {
+            // The first renewal (sent at 1 s) is answered just as trust ends, at 2.85 s.
+            let renewer = InOrderStream {
+                delays: [ms(1850)].into(),
+                in_flight: VecDeque::new(),
+            };
+            let keepalive = Keepalive {
+                renewer,
+                name: "late".into(),
+                ttl: TTL,
+            };
+            let (lost_sender, lost) = watch::channel(None);
+            let (stop, stopped) = oneshot::channel();
+            tokio::spawn(keepalive.run(start, lost_sender, stopped));
+            stops.push(stop);
+            losses.push(lost);
+        }
+        for mut lost in losses {
+            // Bounded: the old loop went on renewing (and trusting) for ever.
+            let reason = timeout_at(start + 3 * TTL, lost.wait_for(Option::is_some))
+                .await
+                .expect("still trusted after three TTLs")
+                .unwrap()
+                .clone();
+            assert_eq!(Instant::now() - start, TTL - TTL / 20, "reported late");
+            assert_eq!(
+                reason,
+                Some(LostReason::Unreachable("renewal timed out".into()))
+            );
+        }
+        drop(stops);
     }
 
     /// Stopping (the release path) ends the keepalive mid-renewal, and no loss ever fires.
