@@ -714,3 +714,92 @@ async fn admin_client_sends_its_bearer_token() {
     );
     let _ = std::fs::remove_file(&tokens);
 }
+
+/// A caller that gives up a wait (drops the `acquire` future) at the very moment the holder
+/// releases never keeps the lease: a `granted` the server sent before the give-up reached it is
+/// released by the client within its grace, instead of being held by nobody until its TTL
+/// (30 s). 100 tries, 20 at a time on their own names; a Watch per name counts how often the
+/// race went the server's way (the waiter granted after giving up) and the client released it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_a_wait_never_keeps_the_lease() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let holders = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let waiters = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let mut granted_after_giving_up = 0;
+    for batch in 0..5 {
+        let tries = (0..20).map(|i| {
+            let (holders, waiters) = (holders.clone(), waiters.clone());
+            give_up_racing_a_release(holders, waiters, batch * 20 + i)
+        });
+        granted_after_giving_up += futures::future::join_all(tries)
+            .await
+            .into_iter()
+            .filter(|granted| *granted)
+            .count();
+    }
+    println!(
+        "give-up race: {granted_after_giving_up} of 100 waiters were granted after giving up, \
+         and released the grant"
+    );
+}
+
+/// One try of the race above; true if the waiter was granted after it gave up.
+async fn give_up_racing_a_release(holders: LeaseClient, waiters: LeaseClient, i: u32) -> bool {
+    let name = format!("give-up-{i}");
+    let mut events = holders.watch(&name).await.unwrap();
+    assert_eq!(next_event(&mut events).await.cause, WatchCause::Snapshot);
+    let holder = must_hold(&holders, &name, Duration::from_secs(30)).await;
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move {
+            let options = AcquireOptions::new(Duration::from_secs(30))
+                .wait(Duration::from_secs(30))
+                .holder("gave-up");
+            waiters.acquire(&name, options).await
+        }
+    });
+    wait_until_async(Duration::from_secs(10), || async {
+        holders.describe_lease(&name).await.unwrap().waiters == 1
+    })
+    .await;
+    // The give-up lands anywhere from before the release to well after the grant left the server.
+    let give_up_after = Duration::from_micros(u64::from(i % 10) * 300);
+    let (released, _) = tokio::join!(holder.release(), async {
+        tokio::time::sleep(give_up_after).await;
+        waiter.abort();
+    });
+    assert!(released.unwrap());
+    tokio::time::sleep(leased::client::GIVE_UP_GRACE + Duration::from_secs(1)).await;
+    let description = holders.describe_lease(&name).await.unwrap();
+    assert!(
+        !description.is_held(),
+        "try {i}: {name} is still held after the waiter gave up: {description:?}"
+    );
+    // Granted and released to the holder, then perhaps granted to the waiter and released.
+    let mut waiter_granted = false;
+    while let Ok(Some(Ok(event))) =
+        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+    {
+        let holder = event.grant.as_ref().map(|grant| grant.holder.as_str());
+        if event.cause == WatchCause::Granted && holder == Some("gave-up") {
+            waiter_granted = true;
+        }
+    }
+    waiter_granted
+}
+
+/// Polls `condition` every 5 ms until it holds; panics after `timeout`.
+async fn wait_until_async<F: std::future::Future<Output = bool>>(
+    timeout: Duration,
+    mut condition: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + timeout;
+    while !condition().await {
+        assert!(
+            Instant::now() < deadline,
+            "condition not met within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

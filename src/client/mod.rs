@@ -27,6 +27,10 @@
 //! # async fn do_the_work(_token: u64) {}
 //! ```
 //!
+//! To give up a wait, drop the future (`tokio::time::timeout`, `select!`, an aborted task): the
+//! call goes on in the background for [`GIVE_UP_GRACE`] and releases a grant that was already on
+//! its way, so a caller that left never keeps the lease.
+//!
 //! A counting lease (a semaphore) lets up to N holders hold a name at once, each with its own
 //! guard and fencing token: `AcquireOptions::new(ttl).limit(5)`, the same N for every holder of
 //! the name. [`LeaseClient::describe_lease`] lists every holder and the waiters.
@@ -39,27 +43,27 @@
 //! [`LeaseClient::check_token`] asks whether a fencing token still holds its lease, and
 //! [`LeaseAdminClient`] lists the leases held and revokes one, for operators.
 
+mod acquire;
 mod admin;
 mod guard;
 mod watch;
 
 use std::{path::PathBuf, time::Duration};
 
-use tokio_stream::StreamExt;
 use tonic::{
     metadata::{Ascii, MetadataValue},
     service::{Interceptor, interceptor::InterceptedService},
     transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
 };
 
+pub use acquire::GIVE_UP_GRACE;
 pub use admin::{LeaseAdminClient, ListPage, ListedLease};
 pub use guard::{LeaseGuard, LostReason};
 pub use watch::{WatchCause, WatchEvent, WatchStream, WatchedGrant};
 
 use crate::proto::{
-    AcquireRequest, CheckTokenRequest, DescribeRequest, DescribeResponse, ReleaseRequest,
-    RenewRequest, RenewResponse, WatchRequest, acquire_response,
-    lease_service_client::LeaseServiceClient, renew_response,
+    CheckTokenRequest, DescribeRequest, DescribeResponse, ReleaseRequest, WatchRequest,
+    lease_service_client::LeaseServiceClient,
 };
 
 /// What can go wrong in the client. Contention is not an error: see [`Acquired::NotGranted`].
@@ -387,108 +391,6 @@ impl LeaseClient {
         LeaseAdminClient::on(self.connection.clone())
     }
 
-    /// Acquires `name` and keeps it alive with a [`LeaseGuard`], or reports who holds it.
-    pub async fn acquire(
-        &self,
-        name: &str,
-        options: AcquireOptions,
-    ) -> Result<Acquired, ClientError> {
-        // The lease expires on the server no earlier than TTL after this moment.
-        let mut requested_at = tokio::time::Instant::now();
-        let grant = match self.acquire_once(name, &options).await? {
-            Ok(grant) => grant,
-            Err(holder) => return Ok(Acquired::NotGranted(holder)),
-        };
-        // After a long wait, "TTL after the request" may already be past although the grant is
-        // fresh: the server granted it at some unknown moment during the wait. Renew once before
-        // trusting it, and count from that renewal instead.
-        if requested_at.elapsed() > grant.ttl / 3 {
-            requested_at = tokio::time::Instant::now();
-            let renewal = RenewRequest {
-                name: grant.name.clone(),
-                lease_id: grant.lease_id.clone(),
-                ttl_ms: 0,
-            };
-            let mut answers = self
-                .grpc
-                .clone()
-                .renew(tokio_stream::iter([renewal]))
-                .await?
-                .into_inner();
-            let renewed = matches!(
-                answers.message().await?,
-                Some(RenewResponse {
-                    result: Some(renew_response::Result::Renewed(_)),
-                    ..
-                })
-            );
-            if !renewed {
-                // Lost between the grant and now: report whoever holds the name instead.
-                let description = self.describe_lease(name).await?;
-                return Ok(Acquired::NotGranted(NotGranted::from_description(
-                    &description,
-                )));
-            }
-        }
-        Ok(Acquired::Granted(LeaseGuard::start(
-            self.clone(),
-            grant,
-            requested_at,
-        )))
-    }
-
-    /// Acquires `name` without a keepalive: the lease lasts one TTL unless renewed by its id.
-    pub async fn acquire_once(
-        &self,
-        name: &str,
-        options: &AcquireOptions,
-    ) -> Result<Result<GrantedLease, NotGranted>, ClientError> {
-        let request = AcquireRequest {
-            name: name.to_owned(),
-            holder: options.holder.clone(),
-            ttl_ms: duration_ms(options.ttl),
-            wait_ms: duration_ms(options.wait),
-            limit: options.limit,
-            lock_delay_ms: duration_ms(options.lock_delay),
-        };
-        // The limit check may answer before the stream starts or as its first message.
-        let refused = |status| acquire_error(status, options.limit);
-        let mut stream = self
-            .grpc
-            .clone()
-            .acquire(request)
-            .await
-            .map_err(refused)?
-            .into_inner();
-        while let Some(message) = stream.next().await {
-            match message.map_err(refused)?.result {
-                Some(acquire_response::Result::Waiting(_)) => continue,
-                Some(acquire_response::Result::Granted(granted)) => {
-                    return Ok(Ok(GrantedLease {
-                        name: granted.name,
-                        lease_id: granted.lease_id,
-                        fencing_token: granted.fencing_token,
-                        ttl: Duration::from_millis(granted.ttl_ms.max(0) as u64),
-                        expires_at_ms: granted.expires_at.as_ref().map_or(0, unix_ms),
-                    }));
-                }
-                Some(acquire_response::Result::NotGranted(busy)) => {
-                    return Ok(Err(NotGranted {
-                        holder: busy.holder,
-                        fencing_token: busy.fencing_token,
-                        remaining: remaining_from_ms(busy.remaining_ms),
-                        held: busy.held,
-                        limit: busy.limit,
-                    }));
-                }
-                None => return Err(ClientError::Protocol("empty AcquireResponse".into())),
-            }
-        }
-        Err(ClientError::Protocol(
-            "Acquire stream ended without granted or not_granted".into(),
-        ))
-    }
-
     /// Releases a lease by its id; false if it was no longer held by that id.
     pub async fn release(&self, name: &str, lease_id: &str) -> Result<bool, ClientError> {
         let request = ReleaseRequest {
@@ -612,18 +514,6 @@ impl ConnectOptions {
     }
 }
 
-/// An Acquire's error status as the caller should see it: a limit that differs from the one in
-/// force (`FAILED_PRECONDITION`, which only Acquire answers) gets its own variant.
-fn acquire_error(status: tonic::Status, requested_limit: u32) -> ClientError {
-    match status.code() {
-        tonic::Code::FailedPrecondition => ClientError::LimitMismatch {
-            requested: requested_limit,
-            message: status.message().to_owned(),
-        },
-        _ => ClientError::Status(status),
-    }
-}
-
 /// The wire's `remaining_ms`: -1 (negative) means no expiry.
 fn remaining_from_ms(remaining_ms: i64) -> Option<Duration> {
     u64::try_from(remaining_ms).ok().map(Duration::from_millis)
@@ -701,25 +591,5 @@ mod tests {
         let free = LeaseDescription::from_reply(DescribeResponse::default());
         assert!(!free.is_held());
         assert_eq!((free.limit, free.frees_first()), (0, None));
-    }
-
-    #[test]
-    fn failed_precondition_is_a_limit_mismatch_and_other_codes_stay_statuses() {
-        let message = "limit 5 differs from the limit in force, 3: every holder of a name must \
-                       ask for the same limit";
-        let error = acquire_error(tonic::Status::failed_precondition(message), 5);
-        let ClientError::LimitMismatch {
-            requested,
-            message: explained,
-        } = &error
-        else {
-            panic!("expected LimitMismatch, got {error:?}");
-        };
-        assert_eq!((*requested, explained.as_str()), (5, message));
-        assert_eq!(error.to_string(), message);
-        let error = acquire_error(tonic::Status::invalid_argument("invalid limit"), 20_000);
-        assert!(
-            matches!(error, ClientError::Status(s) if s.code() == tonic::Code::InvalidArgument)
-        );
     }
 }
