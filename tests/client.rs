@@ -718,34 +718,48 @@ async fn admin_client_sends_its_bearer_token() {
 /// A caller that gives up a wait (drops the `acquire` future) at the very moment the holder
 /// releases never keeps the lease: a `granted` the server sent before the give-up reached it is
 /// released by the client within its grace, instead of being held by nobody until its TTL
-/// (30 s). 100 tries, 20 at a time on their own names; a Watch per name counts how often the
-/// race went the server's way (the waiter granted after giving up) and the client released it.
+/// (30 s). 100 tries, 20 at a time on their own names; a Watch per name tells how the race went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_gives_up_a_wait_never_keeps_the_lease() {
     let redis = RedisServer::start();
     let server = Leased::start(Some(redis.url())).await;
     let holders = LeaseClient::connect(server.endpoint()).await.unwrap();
     let waiters = LeaseClient::connect(server.endpoint()).await.unwrap();
-    let mut granted_after_giving_up = 0;
+    let mut outcomes = Vec::new();
     for batch in 0..5 {
         let tries = (0..20).map(|i| {
             let (holders, waiters) = (holders.clone(), waiters.clone());
             give_up_racing_a_release(holders, waiters, batch * 20 + i)
         });
-        granted_after_giving_up += futures::future::join_all(tries)
-            .await
-            .into_iter()
-            .filter(|granted| *granted)
-            .count();
+        outcomes.extend(futures::future::join_all(tries).await);
     }
+    let count = |wanted: GiveUpRace| outcomes.iter().filter(|o| **o == wanted).count();
     println!(
-        "give-up race: {granted_after_giving_up} of 100 waiters were granted after giving up, \
-         and released the grant"
+        "give-up race, 100 tries: granted after giving up and released by the client {}, \
+         gave up before any grant {}, granted before giving up {}",
+        count(GiveUpRace::GrantedAfterGivingUp),
+        count(GiveUpRace::GaveUpFirst),
+        count(GiveUpRace::GrantedFirst),
     );
 }
 
-/// One try of the race above; true if the waiter was granted after it gave up.
-async fn give_up_racing_a_release(holders: LeaseClient, waiters: LeaseClient, i: u32) -> bool {
+/// How one try of the give-up race went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GiveUpRace {
+    /// The waiter gave up, then was granted the lease (during the grace) and released it.
+    GrantedAfterGivingUp,
+    /// The waiter gave up and was never granted.
+    GaveUpFirst,
+    /// The grant reached the waiter before it gave up: it held the lease (and released it).
+    GrantedFirst,
+}
+
+/// One try of the race above.
+async fn give_up_racing_a_release(
+    holders: LeaseClient,
+    waiters: LeaseClient,
+    i: u32,
+) -> GiveUpRace {
     let name = format!("give-up-{i}");
     let mut events = holders.watch(&name).await.unwrap();
     assert_eq!(next_event(&mut events).await.cause, WatchCause::Snapshot);
@@ -763,20 +777,32 @@ async fn give_up_racing_a_release(holders: LeaseClient, waiters: LeaseClient, i:
         holders.describe_lease(&name).await.unwrap().waiters == 1
     })
     .await;
-    // The give-up lands anywhere from before the release to well after the grant left the server.
+    // The give-up lands anywhere from before the release to after the grant left the server.
     let give_up_after = Duration::from_micros(u64::from(i % 10) * 300);
     let (released, _) = tokio::join!(holder.release(), async {
         tokio::time::sleep(give_up_after).await;
         waiter.abort();
     });
     assert!(released.unwrap());
+    let granted_first = match waiter.await {
+        Err(gave_up) if gave_up.is_cancelled() => false,
+        // The grant won the race: the waiter held the lease when it would have given up.
+        Ok(Ok(Acquired::Granted(guard))) => {
+            assert!(guard.release().await.unwrap());
+            true
+        }
+        other => panic!("try {i}: unexpected end of the wait: {other:?}"),
+    };
     tokio::time::sleep(leased::client::GIVE_UP_GRACE + Duration::from_secs(1)).await;
     let description = holders.describe_lease(&name).await.unwrap();
     assert!(
         !description.is_held(),
         "try {i}: {name} is still held after the waiter gave up: {description:?}"
     );
-    // Granted and released to the holder, then perhaps granted to the waiter and released.
+    if granted_first {
+        return GiveUpRace::GrantedFirst;
+    }
+    // Granted to the holder and released; then perhaps granted to the waiter and released.
     let mut waiter_granted = false;
     while let Ok(Some(Ok(event))) =
         tokio::time::timeout(Duration::from_millis(200), events.next()).await
@@ -786,7 +812,11 @@ async fn give_up_racing_a_release(holders: LeaseClient, waiters: LeaseClient, i:
             waiter_granted = true;
         }
     }
-    waiter_granted
+    if waiter_granted {
+        GiveUpRace::GrantedAfterGivingUp
+    } else {
+        GiveUpRace::GaveUpFirst
+    }
 }
 
 /// Polls `condition` every 5 ms until it holds; panics after `timeout`.

@@ -6,8 +6,10 @@
 //!   `granted` message already on its way. So the call runs in its own task, which keeps reading
 //!   the Acquire stream for [`GIVE_UP_GRACE`] after the caller left and releases a grant that
 //!   arrives, before it cancels the call.
-//! - **A grant the guard never took** (the confirming renewal after a long wait failed, or the
-//!   caller left during it): [`UnguardedGrant`] releases it when dropped.
+//! - **A grant nobody took**: one the caller left before reading, one whose confirming renewal
+//!   after a long wait failed, one whose caller left during that renewal. From the moment it is
+//!   read off the stream until a guard (or the caller of `acquire_once`) takes it, a grant is an
+//!   [`UnguardedGrant`], which releases it when dropped.
 
 use std::{pin::pin, time::Duration};
 
@@ -26,8 +28,8 @@ use crate::proto::{AcquireRequest, RenewRequest, RenewResponse, acquire_response
 /// freed in that second goes to it and is released at once, to the next in line.
 pub const GIVE_UP_GRACE: Duration = Duration::from_secs(1);
 
-/// The answer of one Acquire call: a grant, or who holds the lease.
-type AcquireOutcome = Result<Result<GrantedLease, NotGranted>, ClientError>;
+/// The answer of one Acquire call: a grant (released if dropped untaken), or who holds the lease.
+type AcquireOutcome = Result<Result<UnguardedGrant, NotGranted>, ClientError>;
 
 impl LeaseClient {
     /// Acquires `name` and keeps it alive with a [`LeaseGuard`], or reports who holds it.
@@ -41,12 +43,11 @@ impl LeaseClient {
     ) -> Result<Acquired, ClientError> {
         // The lease expires on the server no earlier than TTL after this moment.
         let mut requested_at = tokio::time::Instant::now();
-        let grant = match self.acquire_once(name, &options).await? {
+        // Released if this future ends or is dropped before the guard takes it.
+        let grant = match self.acquire_unguarded(name, &options).await? {
             Ok(grant) => grant,
             Err(holder) => return Ok(Acquired::NotGranted(holder)),
         };
-        // Ours from here: released if this future ends or is dropped before the guard takes it.
-        let grant = UnguardedGrant::new(self.clone(), grant);
         // After a long wait, "TTL after the request" may already be past although the grant is
         // fresh: the server granted it at some unknown moment during the wait. Renew once before
         // trusting it, and count from that renewal instead.
@@ -76,6 +77,12 @@ impl LeaseClient {
         name: &str,
         options: &AcquireOptions,
     ) -> Result<Result<GrantedLease, NotGranted>, ClientError> {
+        let outcome = self.acquire_unguarded(name, options).await?;
+        Ok(outcome.map(UnguardedGrant::into_guarded))
+    }
+
+    /// One Acquire call, run in its own task (see [`run_acquire_call`]).
+    async fn acquire_unguarded(&self, name: &str, options: &AcquireOptions) -> AcquireOutcome {
         let request = AcquireRequest {
             name: name.to_owned(),
             holder: options.holder.clone(),
@@ -133,18 +140,21 @@ async fn run_acquire_call(
     let outcome = tokio::select! {
         outcome = &mut call => outcome,
         _ = answer.closed() => {
-            // Dropping the call now would cancel it and lose a `granted` already on its way.
+            // Dropping the call now would cancel it and lose a `granted` already on its way. A
+            // grant read within the grace is dropped here, which releases it.
             if let Ok(Ok(Ok(grant))) = tokio::time::timeout(GIVE_UP_GRACE, call).await {
-                release_given_up(&client, grant).await;
+                tracing::debug!(
+                    name = %grant.lease().name, fencing_token = grant.lease().fencing_token,
+                    "releasing a grant that arrived after its caller gave up the wait"
+                );
             }
             // Leaving here drops the stream: the call is cancelled and the server stops waiting.
             return;
         }
     };
-    // The caller may have left just as the answer came.
-    if let Err(Ok(Ok(grant))) = answer.send(outcome) {
-        release_given_up(&client, grant).await;
-    }
+    // A caller that leaves from here on drops the grant unread, in the channel or in its own
+    // future: either way the grant's drop releases it.
+    let _ = answer.send(outcome);
 }
 
 /// Reads one Acquire call to its terminal message.
@@ -163,13 +173,14 @@ async fn read_acquire(client: &LeaseClient, request: AcquireRequest) -> AcquireO
         match message.map_err(refused)?.result {
             Some(acquire_response::Result::Waiting(_)) => continue,
             Some(acquire_response::Result::Granted(granted)) => {
-                return Ok(Ok(GrantedLease {
+                let grant = GrantedLease {
                     name: granted.name,
                     lease_id: granted.lease_id,
                     fencing_token: granted.fencing_token,
                     ttl: Duration::from_millis(granted.ttl_ms.max(0) as u64),
                     expires_at_ms: granted.expires_at.as_ref().map_or(0, unix_ms),
-                }));
+                };
+                return Ok(Ok(UnguardedGrant::new(client.clone(), grant)));
             }
             Some(acquire_response::Result::NotGranted(busy)) => {
                 return Ok(Err(NotGranted {
@@ -188,27 +199,7 @@ async fn read_acquire(client: &LeaseClient, request: AcquireRequest) -> AcquireO
     ))
 }
 
-/// Releases a grant whose caller gave up the wait before it arrived.
-async fn release_given_up(client: &LeaseClient, grant: GrantedLease) {
-    let GrantedLease {
-        name,
-        lease_id,
-        fencing_token,
-        ..
-    } = grant;
-    match client.release(&name, &lease_id).await {
-        Ok(_) => tracing::debug!(
-            %name, fencing_token,
-            "released a grant that arrived after its caller gave up the wait"
-        ),
-        Err(error) => tracing::warn!(
-            %name, fencing_token, %error,
-            "could not release a grant that arrived after its caller gave up; it expires at its TTL"
-        ),
-    }
-}
-
-/// A grant that no guard keeps alive yet. Dropped before [`into_guarded`](Self::into_guarded)
+/// A grant that nobody keeps alive yet. Dropped before [`into_guarded`](Self::into_guarded)
 /// (an error, or a caller that left), it releases the lease in the background, so that the
 /// next holder need not wait for the TTL.
 struct UnguardedGrant {
@@ -228,7 +219,8 @@ impl UnguardedGrant {
         self.grant.as_ref().expect("taken only by into_guarded")
     }
 
-    /// Hands the grant over to its guard: nothing to release any more.
+    /// Hands the grant over to its guard, or to the caller of `acquire_once`: nothing to release
+    /// any more.
     fn into_guarded(mut self) -> GrantedLease {
         self.grant.take().expect("taken only once")
     }
@@ -244,7 +236,7 @@ impl Drop for UnguardedGrant {
             runtime.spawn(async move {
                 let (name, lease_id) = (grant.name, grant.lease_id);
                 if let Err(error) = client.release(&name, &lease_id).await {
-                    tracing::warn!(%name, %error, "could not release an unguarded grant; it expires at its TTL");
+                    tracing::warn!(%name, %error, "could not release a grant nobody took; it expires at its TTL");
                 }
             });
         }
