@@ -1,0 +1,228 @@
+// Package leasedtest runs a real redis-server and leased for the tests, on free loopback ports.
+// The leased binary is $LEASED_BIN (test.sh sets it; it builds target/debug/leased if needed).
+package leasedtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"leased/examples/go/lease"
+)
+
+// startupTimeout is generous: the machine running the tests may be busy.
+const startupTimeout = 20 * time.Second
+
+// Stack is a redis-server and the leased processes serving from it.
+type Stack struct {
+	// Addr is the first leased's host:port.
+	Addr      string
+	redisAddr string
+	dir       string
+
+	mu        sync.Mutex // tests may start servers in parallel
+	processes []*Process
+}
+
+// Process is one child process.
+type Process struct {
+	Addr   string
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{} // closed once the process has exited
+}
+
+// Start starts redis-server (no persistence) and one leased; Stop stops them.
+func Start() (*Stack, error) {
+	dir, err := os.MkdirTemp("", "leased-go-test-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{dir: dir}
+	redisPort, err := freePort()
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	s.redisAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(redisPort))
+	redis, err := s.spawn("redis", "", "redis-server", "--bind", "127.0.0.1",
+		"--port", strconv.Itoa(redisPort), "--save", "", "--appendonly", "no", "--dir", dir)
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := waitUntil(redis, func() error { return redisPing(s.redisAddr) }); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	leased, err := s.StartLeased()
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	s.Addr = leased.Addr
+	return s, nil
+}
+
+// StartLeased starts another leased on the stack's Redis, e.g. for a test that stops it.
+func (s *Stack) StartLeased() (*Process, error) {
+	binary := os.Getenv("LEASED_BIN")
+	if binary == "" {
+		return nil, errors.New("LEASED_BIN is not set: run the tests through examples/go/test.sh")
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	leased, err := s.spawn("leased", addr, binary, "serve", "--listen", addr,
+		"--redis-url", "redis://"+s.redisAddr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	client := lease.NewClient(conn)
+	err = waitUntil(leased, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := client.Describe(ctx, "go-ready")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leased, nil
+}
+
+// Stop stops every process (SIGTERM, then SIGKILL) and removes the scratch directory.
+func (s *Stack) Stop() {
+	s.mu.Lock()
+	processes := s.processes
+	s.mu.Unlock()
+	for i := len(processes) - 1; i >= 0; i-- {
+		processes[i].Stop()
+	}
+	os.RemoveAll(s.dir)
+}
+
+// Dial opens a plaintext connection, as every test client does: one per simulated process.
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.Dial(addr, grpc.WithInsecure())
+}
+
+func (s *Stack) spawn(name, addr, binary string, args ...string) (*Process, error) {
+	out, err := os.CreateTemp(s.dir, name+"-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	// If the test binary dies without cleaning up, take the child down with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", binary, err)
+	}
+	p := &Process{Addr: addr, cmd: cmd, log: out.Name(), exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	s.mu.Lock()
+	s.processes = append(s.processes, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Signal sends sig to the process (SIGKILL, SIGSTOP to freeze it, ...).
+func (p *Process) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Stop ends the process: SIGTERM (after SIGCONT, in case it was frozen), SIGKILL after 10 s.
+func (p *Process) Stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// waitUntil polls ready until it succeeds, failing early if the process exits.
+func waitUntil(p *Process, ready func() error) error {
+	deadline := time.Now().Add(startupTimeout)
+	for {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited during startup:\n%s", p.cmd.Path, tail(p.log))
+		default:
+		}
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer within %s (%v):\n%s",
+				p.cmd.Path, startupTimeout, err, tail(p.log))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func redisPing(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("redis answered %q", line)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer listener.Close()
+	return listener.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(path string) string {
+	data, _ := os.ReadFile(path)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return string(data)
+}

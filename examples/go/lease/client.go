@@ -1,0 +1,173 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+
+	leasev1 "leased/examples/go/gen/leasev1"
+)
+
+// Client calls a leased server over a gRPC connection the caller owns (dial it with the
+// transport credentials and per-RPC credentials the server needs; close it when done). It is
+// safe for concurrent use.
+type Client struct {
+	rpc   leasev1.LeaseServiceClient
+	admin leasev1.LeaseAdminServiceClient
+}
+
+// NewClient returns a client that makes its calls on conn.
+func NewClient(conn grpc.ClientConnInterface) *Client {
+	return &Client{
+		rpc:   leasev1.NewLeaseServiceClient(conn),
+		admin: leasev1.NewLeaseAdminServiceClient(conn),
+	}
+}
+
+// Options say how to acquire a lease. Only TTL is required.
+type Options struct {
+	// TTL is how long the lease lasts without a renewal (10 ms to the server's --max-ttl). The
+	// keepalive renews it every TTL/3.
+	TTL time.Duration
+	// Wait is how long the server may wait for a busy lease; zero tries once. To give up sooner,
+	// cancel the context passed to Acquire.
+	Wait time.Duration
+	// Holder tells others who holds the lease (Describe, NotGranted); DefaultHolder() if empty.
+	Holder string
+	// Limit N > 1 asks for one of N permits of a counting lease (a semaphore); 0 or 1 is an
+	// exclusive lease. Every holder of a name must ask for the same limit.
+	Limit uint32
+	// LockDelay keeps the lease from the next holder for this long after it expires (not after
+	// a release): time for a holder that was cut off to notice. At most 60 s.
+	LockDelay time.Duration
+	// OnWaiting, if set, is called with each `waiting` message while the server waits for the
+	// lease, on the goroutine that called Acquire.
+	OnWaiting func(Waiting)
+	// OnAbandonedGrant, if set, is called (on another goroutine) when a grant arrived after the
+	// caller gave up the wait and the client released it: how often the give-up path saved a
+	// lease from staying held until its TTL.
+	OnAbandonedGrant func(AbandonedGrant)
+}
+
+// Waiting is the server's progress report while Acquire waits: whom it waits on, and the
+// caller's place in the queue. For a counting lease, Holder, FencingToken and Remaining describe
+// the permit that frees soonest.
+type Waiting struct {
+	Holder       string
+	FencingToken uint64
+	// Remaining is the time until that holder's lease frees unless renewed, lock-delay
+	// included; negative if it has no expiry.
+	Remaining time.Duration
+	// Position is the caller's place in the queue across every replica: 1 = next in line.
+	Position uint32
+	// Held is how many permits are taken (1 for a held exclusive lease); Limit is the limit in
+	// force (0 when none is taken).
+	Held, Limit uint32
+}
+
+// NotGranted is Acquire's answer when the lease stayed busy for the whole wait. For a counting
+// lease, Holder, FencingToken and Remaining describe the permit that frees soonest. An empty
+// Holder with token 0 means nobody holds it right now: it is being handed to a caller ahead.
+type NotGranted struct {
+	Holder       string
+	FencingToken uint64
+	// Remaining is the time until that holder's lease frees unless renewed, lock-delay
+	// included; negative if it has no expiry.
+	Remaining   time.Duration
+	Held, Limit uint32
+}
+
+// AbandonedGrant reports a grant that arrived after the caller gave up the wait.
+type AbandonedGrant struct {
+	Name         string
+	FencingToken uint64
+	// Err is nil if the client released the grant; otherwise it stays held until its TTL.
+	Err error
+}
+
+// Holder is one holder of a lease (one permit of a counting lease), as anyone may see it.
+type Holder struct {
+	Holder       string
+	FencingToken uint64
+	// Remaining is the time until this permit frees unless renewed; negative: no expiry.
+	Remaining time.Duration
+}
+
+// Description is what Describe tells anyone about a lease.
+type Description struct {
+	// Held is true if any permit is taken (held, or in its lock-delay).
+	Held bool
+	// Holders lists every permit taken, by increasing fencing token.
+	Holders []Holder
+	// Limit is the limit in force: 1 for an exclusive lease, 0 when the lease is free.
+	Limit uint32
+	// Waiters is how many callers wait for the lease, on every replica.
+	Waiters uint32
+}
+
+// DefaultHolder is "hostname/pid": enough for an operator to find the process holding a lease.
+func DefaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// Describe reports who holds name now. Errors are gRPC status errors, unwrapped, so that
+// status.Code(err) works (grpc-go 1.33 does not look through wrapped errors).
+func (c *Client) Describe(ctx context.Context, name string) (*Description, error) {
+	reply, err := c.rpc.Describe(ctx, &leasev1.DescribeRequest{Name: name}, callOptions...)
+	if err != nil {
+		return nil, err
+	}
+	description := &Description{Held: reply.Held, Limit: reply.Limit, Waiters: reply.Waiters}
+	for _, h := range reply.Holders {
+		description.Holders = append(description.Holders, Holder{
+			Holder:       h.Holder,
+			FencingToken: h.FencingToken,
+			Remaining:    remaining(h.RemainingMs),
+		})
+	}
+	return description, nil
+}
+
+// Release ends a lease by its id, for a process that kept the id (a lease held through a
+// *Lease is released with Lease.Release). It reports whether that id still held the lease.
+func (c *Client) Release(ctx context.Context, name, leaseID string) (bool, error) {
+	reply, err := c.rpc.Release(ctx, &leasev1.ReleaseRequest{Name: name, LeaseId: leaseID},
+		callOptions...)
+	if err != nil {
+		return false, err
+	}
+	return reply.Released, nil
+}
+
+// Revoke ends the lease name whoever holds it (LeaseAdminService.Revoke, for operators): the
+// holder's next renewal answers lost with "revoked: " and reason. A non-zero fencingToken
+// revokes only the grant with that token. It reports whether a grant was revoked.
+func (c *Client) Revoke(ctx context.Context, name, reason string, fencingToken uint64) (bool, error) {
+	request := &leasev1.RevokeRequest{Name: name, Reason: reason, FencingToken: fencingToken}
+	reply, err := c.admin.Revoke(ctx, request, callOptions...)
+	if err != nil {
+		return false, err
+	}
+	return reply.Revoked, nil
+}
+
+// remaining converts the wire's remaining_ms, where -1 means no expiry.
+func remaining(ms int64) time.Duration {
+	if ms < 0 {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// millis converts a duration to the wire's milliseconds, rounding up so that a positive
+// duration never becomes 0 (which means something else: try once, keep the TTL).
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
