@@ -12,6 +12,10 @@
 `acquire(..., limit=5)` takes one of 5 permits of a counting lease (at most 5 holders at once, each
 with its own `Lease`); `lock_delay_ms` keeps an expired lease from the next holder for a while.
 
+A caller gives up a wait with `acquire(..., cancel=event)` (a `threading.Event`, set from any
+thread) or `timeout_s=`: `acquire` raises `AcquireCancelled` (`AcquireTimeout`) at once, and a
+grant that was already on its way is released in the background, never left held until its TTL.
+
 `watch(name)` follows who holds a lease (a snapshot, then one `WatchEvent` per change: what leader
 election's followers use, see `leader_election.py`); `check_token` asks whether a fencing token
 still holds its lease; `list` and `revoke` are the operators' calls.
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -196,11 +201,63 @@ class ListPage:
     next_page_token: Optional[str]
 
 
+#: How long an Acquire call is still read after its caller gave up the wait (see
+#: `LeaseClient.acquire`): a `granted` that the server sent before the give-up reached it arrives
+#: within a round trip, and is then released instead of staying held until its TTL. A second
+#: leaves room for a loaded machine. Meanwhile the caller keeps its place in the line, so a lease
+#: freed in that second goes to it and is released at once, to the next in line.
+GIVE_UP_GRACE_S = 1.0
+
+# How often a waiting `acquire` looks at its `cancel` event: a `threading.Event` cannot wake a
+# thread that waits for something else, so a give-up is noticed within this long.
+_CANCEL_POLL_S = 0.02
+
+
+class AcquireCancelled(Exception):
+    """`acquire` gave up its wait because the caller asked it to: its `cancel` event was set (or,
+    for the subclass `AcquireTimeout`, its `timeout_s` passed) before the server answered.
+
+    It is raised at once. The Acquire call itself goes on in the background for up to
+    `GIVE_UP_GRACE_S`, so that a grant already on its way is released rather than left held until
+    its TTL. `late_grant` (a `concurrent.futures.Future`) resolves when that is over: to the
+    fencing token of a grant that arrived after the give-up and was released, or to None. Most
+    callers ignore it; `LeaseClient.close()` waits for it.
+    """
+
+    def __init__(
+        self, name: str, late_grant: Future[Optional[int]], message: Optional[str] = None
+    ) -> None:
+        super().__init__(message or f"gave up waiting for lease {name!r}")
+        self.name = name
+        self.late_grant = late_grant
+
+
+class AcquireTimeout(AcquireCancelled, TimeoutError):
+    """`acquire`'s `timeout_s` passed before the server answered; see `AcquireCancelled`."""
+
+    def __init__(self, name: str, late_grant: Future[Optional[int]]) -> None:
+        super().__init__(name, late_grant, f"timed out waiting for lease {name!r}")
+
+
+class RenewError(Exception):
+    """A renewal got no answer in time, or the server ended the Renew stream without a gRPC error
+    status. (`acquire` raises it when the renewal that confirms a grant after a long wait fails.)"""
+
+
+class _GaveUp(Exception):
+    """Internal: the caller's `cancel` event was set, or its `timeout_s` passed."""
+
+    def __init__(self, timed_out: bool) -> None:
+        super().__init__()
+        self.timed_out = timed_out
+
+
 class LeaseClient:
     """A connection to a leased server. Thread-safe; share one per process.
 
     `rpc_timeout_s` bounds every call that should answer quickly (Release, Describe, each renewal,
-    and Acquire beyond its `wait_ms`), so a stalled server or network never hangs the caller.
+    and Acquire beyond its `wait_ms` and the give-up grace), so a stalled server or network never
+    hangs the caller.
     """
 
     def __init__(self, target: str, *, rpc_timeout_s: float = 5.0) -> None:
@@ -208,6 +265,10 @@ class LeaseClient:
         self._stub = pb_grpc.LeaseServiceStub(self._channel)
         self._admin = pb_grpc.LeaseAdminServiceStub(self._channel)
         self._rpc_timeout_s = rpc_timeout_s
+        # Runs the cleanup of the Acquire calls whose callers gave up (`_abandon`). Its threads are
+        # started when needed, and Python waits for them at exit, so a grant that arrives during
+        # the grace is released even if the program ends right after giving up.
+        self._give_ups = ThreadPoolExecutor(max_workers=64, thread_name_prefix="leased-give-up")
 
     def acquire(
         self,
@@ -221,6 +282,8 @@ class LeaseClient:
         keepalive: bool = True,
         safety_margin_ms: Optional[int] = None,
         on_waiting: Optional[Callable[[NotGranted], None]] = None,
+        cancel: Optional[threading.Event] = None,
+        timeout_s: Optional[float] = None,
     ) -> Lease | NotGranted:
         """Asks for `name`, waiting up to `wait_ms` if it is busy.
 
@@ -235,7 +298,24 @@ class LeaseClient:
         `grpc.RpcError` for bad input (INVALID_ARGUMENT), a `limit` other than the one the name's
         holders use (FAILED_PRECONDITION, naming the limit in force), or an unavailable server
         (UNAVAILABLE).
+
+        Giving up: setting `cancel` (from any thread) makes `acquire` raise `AcquireCancelled`
+        within about 20 ms, and `timeout_s` (the caller's own deadline, unlike `wait_ms`, after
+        which the server answers `NotGranted`) makes it raise `AcquireTimeout`, also a
+        `TimeoutError`. A grant that was already on its way is released in the background (see
+        `AcquireCancelled.late_grant`); the caller never holds the lease. Do not use a gRPC
+        deadline or cancel the call for this: that loses such a grant, which then stays held by
+        nobody until its TTL.
+
+        After a long wait (the grant came more than a third of the TTL after the request), the
+        lease is renewed once before it is returned, and trusted from that renewal: the server
+        granted it at some unknown moment during the wait. If that renewal finds the lease gone,
+        `acquire` returns `NotGranted` for whoever holds it now; if it fails (`grpc.RpcError`,
+        `RenewError`), the lease is released and the error raised.
         """
+        if timeout_s is not None and timeout_s < 0:
+            raise ValueError("timeout_s must not be negative")
+        give_up_at = None if timeout_s is None else time.monotonic() + timeout_s
         request = pb.AcquireRequest(
             name=name,
             holder=holder,
@@ -246,24 +326,26 @@ class LeaseClient:
         )
         # The server grants no earlier than now, so the lease lasts at least a TTL from here.
         requested_at = time.monotonic()
-        responses = self._stub.Acquire(request, timeout=wait_ms / 1000 + self._rpc_timeout_s)
-        outcome: Optional[pb.Granted | pb.NotGranted] = None
-        # Read to the end of the stream rather than returning at the terminal message: the call
-        # then finishes with OK instead of being cancelled, which the server could take for a
-        # waiter that gave up.
-        for response in responses:
-            kind = response.WhichOneof("result")
-            if outcome is not None:
-                raise RuntimeError(f"Acquire sent {kind!r} after its terminal message")
-            if kind == "waiting":
-                if on_waiting is not None:
-                    on_waiting(_not_granted(name, response.waiting))
-            elif kind in ("granted", "not_granted"):
-                outcome = getattr(response, kind)
-            else:
-                raise RuntimeError(f"Acquire sent an unknown message: {response}")
-        if outcome is None:
-            raise RuntimeError("Acquire ended without granted or not_granted")
+        # The gRPC deadline is only a backstop against a server that stops answering: it cancels
+        # the call at the transport, losing a grant on its way, so it lies beyond the wait and
+        # the grace. Callers give up through `cancel` and `timeout_s` instead.
+        call = _AcquireCall(
+            self._stub, request, timeout_s=wait_ms / 1000 + GIVE_UP_GRACE_S + self._rpc_timeout_s
+        )
+        try:
+            outcome = _read_outcome(call, on_waiting, cancel, give_up_at)
+        except _GaveUp as gave_up:
+            late_grant = self._abandon(call)
+            raise (
+                AcquireTimeout(name, late_grant)
+                if gave_up.timed_out
+                else AcquireCancelled(name, late_grant)
+            ) from None
+        except BaseException:
+            # The call failed (then nothing was granted), or the caller was interrupted (Ctrl-C,
+            # an exception from `on_waiting`): then a grant may still come, and is released.
+            self._abandon(call)
+            raise
         if isinstance(outcome, pb.NotGranted):
             return _not_granted(name, outcome)
 
@@ -274,13 +356,64 @@ class LeaseClient:
             safety_margin_ms=safety_margin_ms,
             rpc_timeout_s=self._rpc_timeout_s,
         )
-        if lease.trusted_for_s() < lease.renew_period_s():
-            # A long wait used up most of the time we can vouch for: the grant came at some unknown
-            # moment after we asked. One renewal re-bases the trust on a moment we know of.
-            lease.renew()
+        if time.monotonic() - requested_at > lease.renew_period_s():
+            # A long wait: "a TTL after the request" may be nearly over although the grant is
+            # fresh. Renew once and trust the lease from that renewal instead.
+            try:
+                confirmed = lease._confirm()
+            except BaseException:
+                lease._discard()  # never leave a grant unguarded and unreleased
+                raise
+            if not confirmed:
+                # Lost between the grant and now: report whoever holds the name instead.
+                info = self.describe(name)
+                return NotGranted(
+                    name=name,
+                    holder=info.holder,
+                    fencing_token=info.fencing_token,
+                    remaining_ms=info.remaining_ms,
+                    held=len(info.holders),
+                    limit=info.limit,
+                )
         if keepalive:
             lease.start_keepalive()
         return lease
+
+    def _abandon(self, call: _AcquireCall) -> Future[Optional[int]]:
+        """Cleans up an Acquire call whose caller left: in the background, reads it for up to
+        `GIVE_UP_GRACE_S` (ending early at its terminal message or its end), releases a grant that
+        arrives or that the caller had read already, and only then cancels the call. The future
+        resolves to the released grant's fencing token, or None."""
+        if call.ended and not isinstance(call.terminal, pb.Granted):
+            nothing: Future[Optional[int]] = Future()
+            nothing.set_result(None)
+            return nothing
+        return self._give_ups.submit(self._clean_up, call)
+
+    def _clean_up(self, call: _AcquireCall) -> Optional[int]:
+        try:
+            granted = call.wait_for_grant(GIVE_UP_GRACE_S)
+            if granted is None:
+                return None
+            try:
+                self._stub.Release(
+                    pb.ReleaseRequest(name=granted.name, lease_id=granted.lease_id),
+                    timeout=self._rpc_timeout_s,
+                )
+            except grpc.RpcError as error:
+                logger.warning(
+                    "lease %r (token %d) was granted after its caller gave up, and releasing it "
+                    "failed (%s): it stays held until its TTL",
+                    granted.name, granted.fencing_token, _describe_error(error),
+                )
+                raise
+            logger.info(
+                "lease %r (token %d) was granted after its caller gave up: released",
+                granted.name, granted.fencing_token,
+            )
+            return granted.fencing_token
+        finally:
+            call.cancel()
 
     def describe(self, name: str) -> LeaseInfo:
         """Who holds `name` now (every holder of a counting lease), as anyone may ask."""
@@ -358,7 +491,10 @@ class LeaseClient:
         return answer.fencing_token if answer.revoked else None
 
     def close(self) -> None:
-        """Closes the channel; leases still held stop renewing and expire at their TTL."""
+        """Closes the channel; leases still held stop renewing and expire at their TTL. First
+        waits (up to `GIVE_UP_GRACE_S` and a Release) for the Acquire calls given up lately, so
+        that a grant they bring is still released."""
+        self._give_ups.shutdown(wait=True)
         self._channel.close()
 
     def __enter__(self) -> LeaseClient:
@@ -459,15 +595,125 @@ def _not_granted(name: str, busy: pb.Waiting | pb.NotGranted) -> NotGranted:
     )
 
 
+class _AcquireCall:
+    """One Acquire call, read on its own thread into a queue, so that the caller can wait for the
+    next message with a timeout (and so give up at any moment), and so that the call can outlive
+    a caller who gave up (`LeaseClient._abandon`)."""
+
+    def __init__(
+        self, stub: pb_grpc.LeaseServiceStub, request: pb.AcquireRequest, timeout_s: float
+    ) -> None:
+        self.name = request.name
+        # The terminal message (`granted` or `not_granted`), once read.
+        self.terminal: Optional[pb.Granted | pb.NotGranted] = None
+        # True once the end of the stream (OK or an error) has been read.
+        self.ended = False
+        # Messages, then None (the stream ended OK) or the exception that ended it.
+        self._messages: queue.SimpleQueue[Optional[pb.AcquireResponse | Exception]] = (
+            queue.SimpleQueue()
+        )
+        self._call = stub.Acquire(request, timeout=timeout_s)
+        threading.Thread(target=self._read, name="leased-acquire-reader", daemon=True).start()
+
+    def next(self, timeout_s: Optional[float]) -> Optional[pb.AcquireResponse]:
+        """The next message, or None once the stream has ended. Raises the error that ended the
+        stream, or `queue.Empty` if nothing came within `timeout_s` (None: no limit)."""
+        if self.ended:
+            return None
+        item = self._messages.get(timeout=timeout_s)
+        if item is None or isinstance(item, Exception):
+            self.ended = True
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def wait_for_grant(self, grace_s: float) -> Optional[pb.Granted]:
+        """For a caller who gave up: the grant this call brought, or brings within `grace_s`."""
+        deadline = time.monotonic() + grace_s
+        while self.terminal is None and not self.ended:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                response = self.next(remaining)
+            except queue.Empty:
+                break
+            except Exception:  # the call failed: nothing was granted
+                break
+            kind = None if response is None else response.WhichOneof("result")
+            if kind in ("granted", "not_granted"):
+                self.terminal = getattr(response, kind)
+        return self.terminal if isinstance(self.terminal, pb.Granted) else None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._messages.put(response)
+            self._messages.put(None)
+        except Exception as error:  # grpc.RpcError, or ValueError on a closed channel
+            self._messages.put(error)
+
+
+def _read_outcome(
+    call: _AcquireCall,
+    on_waiting: Optional[Callable[[NotGranted], None]],
+    cancel: Optional[threading.Event],
+    give_up_at: Optional[float],
+) -> pb.Granted | pb.NotGranted:
+    """Reads an Acquire call to its end and returns its terminal message. Raises `_GaveUp` as soon
+    as `cancel` is set or `give_up_at` passes, also after the terminal message was read: a caller
+    who gave up before `acquire` returned never gets the lease."""
+    # Read to the end of the stream rather than returning at the terminal message: the call then
+    # finishes with OK instead of being cancelled, which the server could take for a waiter that
+    # gave up.
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise _GaveUp(timed_out=False)
+        timeout_s: Optional[float] = None
+        if give_up_at is not None:
+            timeout_s = give_up_at - time.monotonic()
+            if timeout_s <= 0:
+                raise _GaveUp(timed_out=True)
+        if cancel is not None:
+            timeout_s = _CANCEL_POLL_S if timeout_s is None else min(timeout_s, _CANCEL_POLL_S)
+        try:
+            response = call.next(timeout_s)
+        except queue.Empty:
+            continue
+        if response is None:
+            break
+        kind = response.WhichOneof("result")
+        if call.terminal is not None:
+            raise RuntimeError(f"Acquire sent {kind!r} after its terminal message")
+        if kind == "waiting":
+            if on_waiting is not None:
+                on_waiting(_not_granted(call.name, response.waiting))
+        elif kind in ("granted", "not_granted"):
+            call.terminal = getattr(response, kind)
+        else:
+            raise RuntimeError(f"Acquire sent an unknown message: {response}")
+    if call.terminal is None:
+        raise RuntimeError("Acquire ended without granted or not_granted")
+    return call.terminal
+
+
+_NO_RENEWAL = "no renewal succeeded before the lease could expire"
+
+
 class Lease:
     """One held lease.
 
-    With the keepalive on, a background thread renews it at a third of its TTL over one `Renew`
-    stream. `lost` is set, for good, when a renewal answers `lost` (expired, released, or taken
-    over), or when no renewal has succeeded for the TTL minus a safety margin: past that point the
-    server may already have expired the lease and granted it to someone else, so the holder must
-    stop trusting it *before* that can happen. Check `lost` before each piece of protected work,
-    and pass `fencing_token` along with every write so the resource can reject a stale holder.
+    With the keepalive on, a background thread renews it over one `Renew` stream, a third of its
+    TTL after the last successful renewal was sent. `lost` is set, for good, when a renewal answers
+    `lost` (expired, released, or taken over), or when no renewal has succeeded for the TTL minus a
+    safety margin, counted from when that renewal was sent: past that point the server may already
+    have expired the lease and granted it to someone else, so the holder must stop trusting it
+    *before* that can happen. That moment is kept without exception: a renewal answered later does
+    not count, even if it says "renewed". Check `lost` before each piece of protected work, and
+    pass `fencing_token` along with every write so the resource can reject a stale holder.
     """
 
     def __init__(
@@ -491,9 +737,16 @@ class Lease:
             raise ValueError(f"safety_margin_ms must be in [0, {self.ttl_ms})")
         self._stub = stub
         self._rpc_timeout_s = rpc_timeout_s
-        # Guards the Renew stream and the trust deadline: one renewal at a time.
-        self._lock = threading.Lock()
+        # One renewal at a time on the stream; held while a renewal waits for its answer.
+        self._renew_lock = threading.Lock()
         self._stream: Optional[_RenewStream] = None
+        # Guards the trust (`_trusted_since`, `_trusted_until`) and `lost`. Never held while
+        # waiting on the network, so the keepalive can declare the loss at `_trusted_until` even
+        # while a renewal is in flight.
+        self._state_lock = threading.Lock()
+        # When the send that the trust counts from happened (the Acquire request, then the last
+        # successful renewal), and when the trust ends.
+        self._trusted_since = requested_at
         self._trusted_until = self._trust_deadline(requested_at)
         # Set once by the first release(); also tells the keepalive to stop.
         self._released = threading.Event()
@@ -519,8 +772,13 @@ class Lease:
     def renew(self) -> bool:
         """Renews the lease once, now. True if the server extended it. False if the renewal failed
         (logged; try again while `trusted_for_s()` is positive), if the lease was released, or if
-        the server answered that it is gone, in which case `lost` is set."""
-        return self._renew_once(timeout_s=self._rpc_timeout_s)
+        it is gone, in which case `lost` is set: the server answered so, or, with the keepalive on,
+        the answer came after the moment the lease stopped being trusted."""
+        try:
+            return self._renew(self._rpc_timeout_s)
+        except _RENEW_ERRORS as error:
+            self._log_renew_error(error)
+            return False
 
     def release(self) -> bool:
         """Stops the keepalive and releases the lease. True if this call ended the lease; False if
@@ -529,13 +787,13 @@ class Lease:
             if self._released.is_set():
                 return False
             self._released.set()
-        # Cancel the stream without waiting for the lock, so a renewal in flight ends now.
+        # Cancel the stream without waiting for the renewal lock, so a renewal in flight ends now.
         stream = self._stream
         if stream is not None:
             stream.close()
         if self._keepalive is not None:
             self._keepalive.join()
-        with self._lock:
+        with self._renew_lock:
             # A renewal that raced with us may have opened a new stream; it waits at most one
             # renewal timeout.
             self._close_stream()
@@ -560,6 +818,22 @@ class Lease:
         state = "lost" if self.lost.is_set() else "released" if self._released.is_set() else "held"
         return f"Lease(name={self.name!r}, fencing_token={self.fencing_token}, {state})"
 
+    def _confirm(self) -> bool:
+        """The renewal `acquire` makes after a long wait, before the keepalive starts: True if
+        renewed (the trust now counts from it), False if the lease is gone. Raises the error if
+        the renewal failed."""
+        return self._renew(self._rpc_timeout_s)
+
+    def _discard(self) -> None:
+        """Releases a lease that `acquire` will not hand out; best effort (it expires anyway)."""
+        try:
+            self.release()
+        except Exception as error:
+            logger.warning(
+                "releasing lease %r (token %d) failed: %s; it stays held until its TTL",
+                self.name, self.fencing_token, _describe_error(error),
+            )
+
     def _trust_deadline(self, lower_bound: float) -> float:
         """When to stop trusting a lease the server (re)started no earlier than `lower_bound`."""
         return lower_bound + (self.ttl_ms - self._safety_margin_ms) / 1000
@@ -570,34 +844,56 @@ class Lease:
         try:
             self._keep_renewing()
         except BaseException as error:
-            with self._lock:
-                self._mark_lost(f"keepalive failed: {error!r}")
+            self._mark_lost(f"keepalive failed: {error!r}")
             raise
 
     def _keep_renewing(self) -> None:
-        """Renews every third of the TTL, retries sooner after a failure, and sets `lost` when the
-        trust deadline passes without a successful renewal."""
-        next_renewal = time.monotonic() + self.renew_period_s()
+        """Renews a third of the TTL after the last successful renewal was sent, retries every
+        twentieth of the TTL (at least 20 ms) after a failure, and sets `lost` at the trust
+        deadline if no renewal succeeded by then: at the deadline itself, also when a renewal is
+        in flight (no renewal waits past the deadline, and a later answer does not count)."""
         retry_delay_s = max(self.ttl_ms / 20_000, 0.02)
+        next_renewal = self._trusted_since + self.renew_period_s()
         while True:
+            # The deadline comes first when both are due: a renewal sent now could not help.
             wake_at = min(next_renewal, self._trusted_until)
             if self._released.wait(max(0.0, wake_at - time.monotonic())):
                 return
-            if time.monotonic() >= self._trusted_until:
-                with self._lock:
-                    if not self._released.is_set():
-                        self._mark_lost("no renewal succeeded before the lease could expire")
+            trusted_for_s = self.trusted_for_s()
+            if trusted_for_s <= 0:
+                if not self._released.is_set():
+                    self._mark_lost(_NO_RENEWAL)
                 return
-            renewed = self._renew_once(timeout_s=min(self.trusted_for_s(), self._rpc_timeout_s))
+            try:
+                renewed = self._renew(
+                    timeout_s=min(trusted_for_s, self._rpc_timeout_s),
+                    # Another renewal (a caller's `renew()`) may be in flight: wait for it no
+                    # longer than the trust lasts.
+                    lock_timeout_s=trusted_for_s,
+                )
+            except _RENEW_ERRORS as error:
+                self._log_renew_error(error)
+                renewed = False
             if self.lost.is_set() or self._released.is_set():
                 return
-            next_renewal = time.monotonic() + (self.renew_period_s() if renewed else retry_delay_s)
+            if renewed:
+                next_renewal = self._trusted_since + self.renew_period_s()
+            else:
+                next_renewal = time.monotonic() + retry_delay_s
 
-    def _renew_once(self, timeout_s: float) -> bool:
-        """One renewal over the lease's Renew stream, (re)opening the stream if needed. A renewal
-        that gets no answer within `timeout_s` counts as failed, and its stream is dropped so that
-        a late answer cannot be mistaken for the next one's."""
-        with self._lock:
+    def _renew(self, timeout_s: float, lock_timeout_s: float = -1) -> bool:
+        """One renewal over the lease's Renew stream, opened if needed.
+
+        True: renewed, and the trust now counts from when this renewal was sent. False: released,
+        another renewal still in flight after `lock_timeout_s`, or gone (`lost` is set): the server
+        answered `lost`, or the keepalive runs and the answer came at or after the trust deadline.
+        Raises the error (grpc.RpcError, RenewError, or ValueError when the client was closed) if
+        no answer came within `timeout_s`; the stream is dropped then, so that a late answer can
+        never be taken for the answer to a later request.
+        """
+        if not self._renew_lock.acquire(timeout=lock_timeout_s):
+            return False
+        try:
             if self._released.is_set() or self.lost.is_set():
                 return False
             sent_at = time.monotonic()
@@ -606,39 +902,47 @@ class Lease:
                 if self._stream is None:
                     self._stream = _RenewStream(self._stub)
                 response = self._stream.renew(request, timeout_s)
-            # ValueError: the client's channel was closed under the lease.
-            except (grpc.RpcError, _RenewStreamError, ValueError) as error:
-                if not self._released.is_set():  # else release() cancelled the stream on purpose
-                    logger.warning(
-                        "renewing lease %r failed: %s", self.name, _describe_error(error)
-                    )
+            except _RENEW_ERRORS:
                 self._close_stream()
-                return False
+                raise
             if response.WhichOneof("result") == "lost":
                 self._close_stream()
                 self._mark_lost(response.lost.reason)
                 return False
-            self.ttl_ms = response.renewed.ttl_ms
-            # The server moved the expiry a TTL past the moment it read our request, which is
-            # after we sent it: counting from `sent_at` errs on the safe side.
-            self._trusted_until = self._trust_deadline(sent_at)
-            return True
+            with self._state_lock:
+                if self.lost.is_set():
+                    return False  # the deadline passed while we waited: never trusted again
+                if self._keepalive is None or time.monotonic() < self._trusted_until:
+                    self.ttl_ms = response.renewed.ttl_ms
+                    # The server moved the expiry a TTL past the moment it read our request,
+                    # which is after we sent it: counting from `sent_at` errs on the safe side.
+                    self._trusted_since = sent_at
+                    self._trusted_until = self._trust_deadline(sent_at)
+                    return True
+            # Answered too late: the keepalive declares the loss at the deadline, whatever the
+            # answer says, and a loss is never taken back.
+            self._mark_lost(_NO_RENEWAL)
+            return False
+        finally:
+            self._renew_lock.release()
 
     def _mark_lost(self, reason: str) -> None:
-        """Records why the lease is gone and sets `lost`. Call with `_lock` held."""
-        if not self.lost.is_set():
+        """Records why the lease is gone and sets `lost` (once: the first reason stays)."""
+        with self._state_lock:
+            if self.lost.is_set():
+                return
             self.lost_reason = reason
             self.lost.set()
-            logger.warning("lease %r (token %d) lost: %s", self.name, self.fencing_token, reason)
+        logger.warning("lease %r (token %d) lost: %s", self.name, self.fencing_token, reason)
+
+    def _log_renew_error(self, error: Exception) -> None:
+        if not self._released.is_set():  # else release() cancelled the stream on purpose
+            logger.warning("renewing lease %r failed: %s", self.name, _describe_error(error))
 
     def _close_stream(self) -> None:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
-
-
-class _RenewStreamError(Exception):
-    """A Renew stream ended, or did not answer in time, without a gRPC error status."""
 
 
 class _RenewStream:
@@ -658,7 +962,7 @@ class _RenewStream:
         try:
             answer = self._answers.get(timeout=max(timeout_s, 0.0))
         except queue.Empty:
-            raise _RenewStreamError(f"no answer within {timeout_s:.3f} s") from None
+            raise RenewError(f"no answer within {timeout_s:.3f} s") from None
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -676,9 +980,13 @@ class _RenewStream:
         try:
             for answer in self._call:
                 self._answers.put(answer)
-            self._answers.put(_RenewStreamError("the server ended the Renew stream"))
+            self._answers.put(RenewError("the server ended the Renew stream"))
         except grpc.RpcError as error:
             self._answers.put(error)
+
+
+# What a renewal raises when it gets no answer: ValueError when the client's channel was closed.
+_RENEW_ERRORS = (grpc.RpcError, RenewError, ValueError)
 
 
 def _describe_error(error: Exception) -> str:
