@@ -1,0 +1,136 @@
+// Starts a real redis-server and a real leased on free loopback ports, for the tests.
+//
+// The leased binary is $LEASED_BIN, else <repo>/target/debug/leased (test.sh builds it if
+// missing). Both processes log into a temporary directory, shown when one of them dies early.
+
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createConnection, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import { LeaseClient } from '../leased-client.js';
+
+const REPO = fileURLToPath(new URL('../../..', import.meta.url));
+const STARTUP_TIMEOUT_MS = 20_000;
+
+export function leasedBinary() {
+  return process.env.LEASED_BIN ?? join(REPO, 'target', 'debug', 'leased');
+}
+
+/** A free loopback port (the OS picks it; a race with other processes is unlikely). */
+async function freePort() {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address();
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+/** Polls `check` until it resolves; fails if `process` exits first or after the timeout. */
+async function waitUntilReady(child, logPath, what, check) {
+  const deadline = performance.now() + STARTUP_TIMEOUT_MS;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      throw new Error(`${what} exited early:\n${readFileSync(logPath, 'utf8')}`);
+    }
+    try {
+      await check();
+      return;
+    } catch (error) {
+      if (performance.now() > deadline) {
+        throw new Error(`${what} did not answer within ${STARTUP_TIMEOUT_MS} ms: ${error.message}`);
+      }
+    }
+    await sleep(50);
+  }
+}
+
+function redisPing(port) {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection({ host: '127.0.0.1', port });
+    socket.setTimeout(1000, () => socket.destroy(new Error('redis PING timed out')));
+    socket.on('error', reject);
+    socket.on('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (data) => {
+      socket.end();
+      if (data.toString().startsWith('+PONG')) resolve();
+      else reject(new Error(`redis answered ${data}`));
+    });
+  });
+}
+
+function startProcess(command, args, logPath) {
+  const log = createWriteStream(logPath);
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout.pipe(log);
+  child.stderr.pipe(log);
+  return child;
+}
+
+/** Kills `child` with `signal` and waits for it to exit. */
+export async function kill(child, signal = 'SIGTERM') {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/**
+ * A running redis-server and leased. `stop()` ends both and removes the temporary directory.
+ *
+ * @returns {Promise<{target: string, leased: import('node:child_process').ChildProcess,
+ *                    stop: () => Promise<void>}>}
+ */
+export async function startStack() {
+  const dir = mkdtempSync(join(tmpdir(), 'leased-node-'));
+  const redisPort = await freePort();
+  const redisLog = join(dir, 'redis.log');
+  const redis = startProcess(
+    'redis-server',
+    ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no', '--dir', dir],
+    redisLog,
+  );
+  let leased = null;
+  const stop = async () => {
+    if (leased) await kill(leased);
+    await kill(redis);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await waitUntilReady(redis, redisLog, 'redis-server', () => redisPing(redisPort));
+    const target = `127.0.0.1:${await freePort()}`;
+    const leasedLog = join(dir, 'leased.log');
+    leased = startProcess(
+      leasedBinary(),
+      ['serve', '--listen', target, '--redis-url', `redis://127.0.0.1:${redisPort}`],
+      leasedLog,
+    );
+    const probe = new LeaseClient(target, { rpcTimeoutMs: 1000 });
+    try {
+      await waitUntilReady(leased, leasedLog, 'leased', () => probe.describe('node-ready'));
+    } finally {
+      await probe.close();
+    }
+    return { target, leased, stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+/** Polls `condition` every 20 ms until it is true; throws after `timeoutMs`. */
+export async function waitFor(condition, timeoutMs, what) {
+  const deadline = performance.now() + timeoutMs;
+  while (!(await condition())) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
