@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README, "Testing"): installs what the tests need when it is missing, then runs
-# every test: `cargo test` (Rust unit and integration tests against a real redis-server) and
-# `pytest tests/python` (the Python client and the Helm chart).
+# every test: `cargo test` (Rust unit and integration tests against a real redis-server), `pytest
+# tests/python` (the Python client, the Helm chart and the proto's buf checks), and the Go, Java
+# and Node.js clients' own tests (each `examples/<language>/test.sh` installs its toolchain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,5 +28,12 @@ export GRPCURL
 # The Python tests drive the binary that cargo test just built.
 export LEASED_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/leased"
 
+# buf (from npm) for the proto's lint, format and breaking checks, and their tests in pytest.
+scripts/buf/check.sh
+
 cargo test --locked
 .venv/bin/pytest -q tests/python
+for language in go java node; do
+  echo "== the $language client (examples/$language/test.sh)" >&2
+  "examples/$language/test.sh"
+done

@@ -1,0 +1,202 @@
+package leased.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import lease.v1.Lease.DescribeResponse;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** The client against a real leased on a real redis-server. */
+class LeaseClientTest {
+  private static Stack stack;
+  private static LeaseClient client;
+  private static LeaseClient other;
+
+  @BeforeAll
+  static void start() throws Exception {
+    stack = Stack.start();
+    client = LeaseClient.forTarget(stack.target);
+    other = LeaseClient.forTarget(stack.target);
+  }
+
+  @AfterAll
+  static void stop() throws Exception {
+    client.close();
+    other.close();
+    stack.close();
+  }
+
+  static LeaseGuard mustHold(LeaseClient client, String name, AcquireOptions options)
+      throws Exception {
+    Acquired acquired = client.acquire(name, options).get(30, TimeUnit.SECONDS);
+    return assertInstanceOf(Acquired.Granted.class, acquired, name + " is busy").lease();
+  }
+
+  /** Renewals at a third of the TTL keep a 900 ms lease for more than three TTLs. */
+  @Test
+  void grantIsKeptAliveUntilReleased() throws Exception {
+    LeaseGuard lease =
+        mustHold(client, "java-kept", AcquireOptions.ttl(Duration.ofMillis(900)).holder("java-a"));
+    assertTrue(lease.fencingToken() != 0);
+    for (int i = 0; i < 12; i++) {
+      DescribeResponse held = other.describe("java-kept");
+      assertEquals("java-a", held.getHolder());
+      assertEquals(lease.fencingToken(), held.getFencingToken());
+      assertFalse(lease.isLost(), () -> lease.lost().join().toString());
+      Thread.sleep(250);
+    }
+    assertTrue(lease.release());
+    assertFalse(lease.release(), "a second release is a no-op");
+    assertFalse(other.describe("java-kept").getHeld());
+    assertFalse(lease.isLost());
+  }
+
+  /** A busy lease answers NotGranted naming its holder and token: contention is not an error. */
+  @Test
+  void busyLeaseIsNotGrantedAndNamesItsHolder() throws Exception {
+    try (LeaseGuard first =
+        mustHold(client, "java-busy", AcquireOptions.ttl(Duration.ofSeconds(10)).holder("first"))) {
+      Acquired second =
+          other.acquire("java-busy", AcquireOptions.ttl(Duration.ofSeconds(10))).get();
+      Acquired.NotGranted busy = assertInstanceOf(Acquired.NotGranted.class, second);
+      assertEquals("first", busy.holder());
+      assertEquals(first.fencingToken(), busy.fencingToken());
+      assertEquals(1, busy.held());
+      assertEquals(1, busy.limit());
+    }
+  }
+
+  /**
+   * A waiter hears {@code waiting}, and gets the lease with a larger token when the holder
+   * releases. Its TTL is shorter than its wait, so the grant is confirmed by a renewal first.
+   */
+  @Test
+  void waiterIsGrantedWhenTheHolderReleases() throws Exception {
+    LeaseGuard first =
+        mustHold(client, "java-handover", AcquireOptions.ttl(Duration.ofSeconds(10)).holder("first"));
+    CountDownLatch waiting = new CountDownLatch(1);
+    CompletableFuture<Acquired> waiter =
+        other.acquire(
+            "java-handover",
+            AcquireOptions.ttl(Duration.ofMillis(900))
+                .waitFor(Duration.ofSeconds(20))
+                .holder("waiter")
+                .onWaiting(
+                    w -> {
+                      assertEquals("first", w.holder());
+                      assertEquals(1, w.position());
+                      waiting.countDown();
+                    }));
+    assertTrue(waiting.await(10, TimeUnit.SECONDS), "no waiting message");
+    Thread.sleep(1_000);
+    assertFalse(waiter.isDone());
+    assertTrue(first.release());
+    LeaseGuard lease =
+        assertInstanceOf(Acquired.Granted.class, waiter.get(10, TimeUnit.SECONDS)).lease();
+    assertTrue(Long.compareUnsigned(lease.fencingToken(), first.fencingToken()) > 0);
+    Thread.sleep(1_500); // beyond its TTL: held thanks to the keepalive
+    assertFalse(lease.isLost(), () -> lease.lost().join().toString());
+    assertEquals("waiter", client.describe("java-handover").getHolder());
+    assertTrue(lease.release());
+  }
+
+  /** An operator's Revoke reaches the holder as a loss, with the reason. */
+  @Test
+  void revokeIsReportedAsALoss() throws Exception {
+    LeaseGuard lease = mustHold(client, "java-revoked", AcquireOptions.ttl(Duration.ofMillis(900)));
+    assertEquals(lease.fencingToken(), other.revoke("java-revoked", "java test", 0));
+    LostReason reason = lease.lost().get(5, TimeUnit.SECONDS);
+    assertEquals(new LostReason(LostReason.Kind.LOST, "revoked: java test"), reason);
+    assertFalse(lease.release(), "already gone");
+  }
+
+  /** A release by lease id from another client (another process) is a loss for the guard. */
+  @Test
+  void releaseFromAnotherClientIsReportedAsALoss() throws Exception {
+    LeaseGuard lease = mustHold(client, "java-released", AcquireOptions.ttl(Duration.ofMillis(900)));
+    assertTrue(other.release("java-released", lease.leaseId()));
+    LostReason reason = lease.lost().get(5, TimeUnit.SECONDS);
+    assertEquals(LostReason.Kind.LOST, reason.kind());
+  }
+
+  /** Bad input is the server's INVALID_ARGUMENT, naming the field. */
+  @Test
+  void badInputIsInvalidArgument() {
+    for (String name : List.of("java-bad", "java bad")) {
+      long ttlMs = name.contains(" ") ? 1_000 : 1;
+      ExecutionException failure =
+          org.junit.jupiter.api.Assertions.assertThrows(
+              ExecutionException.class,
+              () -> client.acquire(name, AcquireOptions.ttl(Duration.ofMillis(ttlMs))).get());
+      StatusRuntimeException status =
+          assertInstanceOf(StatusRuntimeException.class, failure.getCause());
+      assertEquals(Status.Code.INVALID_ARGUMENT, status.getStatus().getCode());
+      String field = name.contains(" ") ? "name" : "ttl_ms";
+      assertTrue(status.getMessage().contains(field), status.getMessage());
+    }
+  }
+
+  /** Giving up with orTimeout answers the caller at once and leaves the line. */
+  @Test
+  void aTimeoutGivesUpTheWait() throws Exception {
+    try (LeaseGuard holder =
+        mustHold(client, "java-timeout", AcquireOptions.ttl(Duration.ofSeconds(30)))) {
+      long start = System.nanoTime();
+      CompletableFuture<Acquired> waiter =
+          other
+              .acquire("java-timeout", AcquireOptions.ttl(Duration.ofSeconds(30)).waitFor(Duration.ofSeconds(30)))
+              .orTimeout(500, TimeUnit.MILLISECONDS);
+      ExecutionException failure =
+          org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class, waiter::get);
+      assertInstanceOf(java.util.concurrent.TimeoutException.class, failure.getCause());
+      assertTrue(System.nanoTime() - start < Duration.ofSeconds(2).toNanos());
+      // After the grace the call is cancelled and the waiter leaves the queue.
+      long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+      while (client.describe("java-timeout").getWaiters() != 0) {
+        assertTrue(System.nanoTime() < deadline, "the waiter stayed in line");
+        Thread.sleep(50);
+      }
+    }
+  }
+
+  /** The example program holds a lease, works, releases (exit 0); a busy lease exits 75. */
+  @Test
+  void theExampleRuns() throws Exception {
+    Process example = runExample("java-example", 300);
+    String output = new String(example.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(0, example.waitFor(), output);
+    assertTrue(output.contains("work done"), output);
+    assertFalse(client.describe("java-example").getHeld());
+    try (LeaseGuard holder =
+        mustHold(client, "java-example", AcquireOptions.ttl(Duration.ofSeconds(30)).holder("busy-holder"))) {
+      // The example waits (500 ms here) for the lease, then says who holds it.
+      Process busy = runExample("java-example", 300);
+      String busyOutput = new String(busy.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+      assertEquals(75, busy.waitFor(), busyOutput);
+      assertTrue(busyOutput.contains("busy: busy-holder"), busyOutput);
+    }
+  }
+
+  private static Process runExample(String name, long workMs) throws Exception {
+    String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+    return new ProcessBuilder(
+            java, "-cp", System.getenv("LEASED_JAVA_CLASSPATH"), "leased.example.Example",
+            stack.target, name, String.valueOf(workMs), "500")
+        .redirectErrorStream(true)
+        .start();
+  }
+}
