@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Optional
+from typing import Optional, TextIO
 
 import grpc
 
@@ -87,17 +87,16 @@ def campaign(client: LeaseClient, args: argparse.Namespace) -> None:
             if isinstance(result, NotGranted):
                 continue  # someone else led for the whole wait: stand in line again
             with result as lease:  # released on the way out, also when stopped
-                print(f"leading as {args.id} with fencing token {lease.fencing_token}",
-                      flush=True)
+                say(f"leading as {args.id} with fencing token {lease.fencing_token}")
                 try:
                     lead(lease)
                 except Stop:
-                    print("stepped down: stopping", flush=True)
+                    say("stepped down: stopping")
                     raise
                 # Stop leading before anyone else can be granted the lease, then campaign again.
-                print(f"stepped down: lease lost: {lease.lost_reason}", flush=True)
+                say(f"stepped down: lease lost: {lease.lost_reason}")
         except grpc.RpcError as error:
-            print(f"campaign failed: {describe(error)}; retrying", file=sys.stderr, flush=True)
+            say(f"campaign failed: {describe(error)}; retrying", sys.stderr)
             time.sleep(RETRY_DELAY_S)
 
 
@@ -123,7 +122,7 @@ def follow(client: LeaseClient, election: str, exiting: threading.Event) -> None
         except (grpc.RpcError, RuntimeError, ValueError) as error:
             if exiting.is_set():  # ValueError: the client's channel is closed
                 return
-            print(f"watch ended: {describe(error)}; watching again", file=sys.stderr, flush=True)
+            say(f"watch ended: {describe(error)}; watching again", sys.stderr)
         exiting.wait(RETRY_DELAY_S)
 
 
@@ -132,10 +131,20 @@ def print_leader(event: WatchEvent) -> None:
     characters a terminal would act on."""
     leader = event.current_holder
     if leader is None:
-        print(f"[{event.cause}] no leader", flush=True)
+        say(f"[{event.cause}] no leader")
     else:
-        print(f"[{event.cause}] leader {leader.holder!r}, fencing token {leader.fencing_token}",
-              flush=True)
+        say(f"[{event.cause}] leader {leader.holder!r}, fencing token {leader.fencing_token}")
+
+
+_output = threading.Lock()
+
+
+def say(line: str, stream: TextIO = sys.stdout) -> None:
+    """Prints one whole line. The campaign and the watch print from two threads, and `print`
+    writes the text and its newline apart: lines of the two could run into each other."""
+    with _output:
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def describe(error: Exception) -> str:
