@@ -21,6 +21,7 @@ packages=(
   libnetty-java                       # grpc-netty's transport (not a dependency of libgrpc-java)
   libperfmark-java                    # grpc-core's tracing API (idem)
   libgeronimo-annotation-1.3-spec-java # javax.annotation.Generated, which the stubs carry
+  libguava-java liberror-prone-java libjsr305-java # grpc's own dependencies, not declared either
   junit5                              # junit-platform-console-standalone
   redis-server
 )
