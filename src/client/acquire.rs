@@ -98,8 +98,20 @@ impl LeaseClient {
             .unwrap_or_else(|_| Err(ClientError::Protocol("the Acquire task panicked".into())))
     }
 
-    /// Renews a fresh grant once: true if renewed, false if the server says it is lost.
+    /// Renews a fresh grant once: true if renewed, false if the server says it is lost. An
+    /// answer that has not come by the time the lease could expire is `DEADLINE_EXCEEDED`.
     async fn confirm(&self, grant: &GrantedLease) -> Result<bool, ClientError> {
+        let trust = grant.ttl - grant.ttl / 20;
+        tokio::time::timeout(trust, self.renew_once(grant))
+            .await
+            .unwrap_or_else(|_| {
+                Err(ClientError::Status(tonic::Status::deadline_exceeded(
+                    "the renewal confirming the grant was not answered before the lease could expire",
+                )))
+            })
+    }
+
+    async fn renew_once(&self, grant: &GrantedLease) -> Result<bool, ClientError> {
         let renewal = RenewRequest {
             name: grant.name.clone(),
             lease_id: grant.lease_id.clone(),
