@@ -77,6 +77,10 @@ struct Args {
     /// Run only these scenarios (comma-separated names, e.g. `grpc_cycle,handoff`).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Measure only these caller counts of the `@N` scenarios (comma-separated, from 1, 16, 64),
+    /// e.g. `--callers 64` to profile one of them.
+    #[arg(long, value_delimiter = ',')]
+    callers: Vec<usize>,
     /// HTTP/2 connections that the gRPC callers (and the etcd callers) share.
     #[arg(long, default_value_t = 4)]
     connections: usize,
@@ -113,6 +117,14 @@ struct Run {
 impl Run {
     fn wants(&self, scenario: &str) -> bool {
         self.args.only.is_empty() || self.args.only.iter().any(|name| name == scenario)
+    }
+
+    /// The caller counts of the `@N` scenarios that this run measures.
+    fn concurrencies(&self) -> Vec<usize> {
+        CONCURRENCY
+            .into_iter()
+            .filter(|n| self.args.callers.is_empty() || self.args.callers.contains(n))
+            .collect()
     }
 
     fn connections_note(&self) -> String {
@@ -274,7 +286,7 @@ async fn redis_direct(run: &Run) -> BenchResult<Vec<Row>> {
     let store = workload::direct_store(&run.redis.url(), pool).await?;
     let note = format!("RedisStore + fred in the bench process, no gRPC; pool of {pool}");
     let mut rows = Vec::new();
-    for concurrency in CONCURRENCY {
+    for concurrency in run.concurrencies() {
         let workers = (0..concurrency)
             .map(|worker| {
                 Ok(DirectCycle {
@@ -306,7 +318,7 @@ async fn redis_direct(run: &Run) -> BenchResult<Vec<Row>> {
 
 async fn grpc_cycle(run: &Run) -> BenchResult<Vec<Row>> {
     let mut rows = Vec::new();
-    for concurrency in CONCURRENCY {
+    for concurrency in run.concurrencies() {
         let prefix = format!("bench/cycle/c{concurrency}");
         let samples =
             workload::measure_grpc_cycles(&run.channels, concurrency, &prefix, run.budget).await?;
@@ -397,7 +409,7 @@ async fn grpc_cycle_memory(run: &Run) -> BenchResult<Vec<Row>> {
     let server = procs::start_leased("memory", None, &[], &run.args.server_log).await?;
     let channels = procs::connections(&server, run.channels.len()).await?;
     let mut rows = Vec::new();
-    for concurrency in CONCURRENCY {
+    for concurrency in run.concurrencies() {
         let prefix = format!("bench/cycle-memory/c{concurrency}");
         let samples =
             workload::measure_grpc_cycles(&channels, concurrency, &prefix, run.budget).await?;
@@ -490,7 +502,7 @@ async fn redis_benchmark_setnx(run: &Run) -> BenchResult<Vec<Row>> {
         false => 5,
     };
     let mut rows = Vec::new();
-    for concurrency in CONCURRENCY {
+    for concurrency in run.concurrencies() {
         let requests = scale
             * match concurrency {
                 1 => 10_000,
@@ -521,7 +533,7 @@ async fn etcd_lock(run: &Run) -> BenchResult<Vec<Row>> {
         channels.len()
     );
     let mut rows = Vec::new();
-    for concurrency in CONCURRENCY {
+    for concurrency in run.concurrencies() {
         let mut workers = Vec::new();
         for worker in 0..concurrency {
             let channel = channels[worker % channels.len()].clone();

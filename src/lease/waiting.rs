@@ -103,19 +103,7 @@ pub fn acquire<S: LeaseStore>(
         let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
         match outcome {
             Ok(Some(Terminal::Granted(grant))) => {
-                let delivery = GrantDelivery {
-                    grant,
-                    release: Some(Box::new({
-                        let store = store.clone();
-                        let name = request.name.clone();
-                        move || {
-                            tracing::debug!(%name, "caller left before the grant reached it; releasing");
-                            tokio::spawn(async move {
-                                release_quietly(&*store, &name, &lease_id).await
-                            });
-                        }
-                    })),
-                };
+                let delivery = delivery(&store, &request.name, grant);
                 // If the caller left, the unsent delivery drops here and releases the lease.
                 let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
             }
@@ -124,18 +112,110 @@ pub fn acquire<S: LeaseStore>(
             }
             Ok(None) => {} // the caller left or the server stops; nothing to say
             Err(error) => {
-                if matches!(error, Error::Unavailable(_)) {
-                    // The store may have committed a grant we never heard of: undo it, in the
-                    // background, with the same lease id (release is conditional and idempotent).
-                    let store = store.clone();
-                    let name = request.name.clone();
-                    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
-                }
+                undo_if_unknown(&store, &request.name, &lease_id, &error);
                 let _ = events.send(Err(error)).await;
             }
         }
     });
     receiver
+}
+
+/// Runs one try-once `Acquire` (`wait` zero) to its terminal event in the caller's own task: one
+/// store call, no spawned task and no channel, so that a server can answer before it opens the
+/// response stream. If the caller leaves while the store call is in flight (the future is
+/// dropped), the grant it may have made is released.
+pub async fn try_once<S: LeaseStore>(
+    store: &Arc<S>,
+    request: &ValidatedAcquire,
+) -> Result<AcquireEvent> {
+    let lease_id = LeaseId::generate();
+    let in_flight = ReleaseIfDropped {
+        store,
+        name: &request.name,
+        lease_id: &lease_id,
+    };
+    let outcome = store.try_acquire(request, &lease_id, None).await;
+    in_flight.disarm();
+    match outcome {
+        Ok(AcquireOutcome::Granted(grant)) => {
+            Ok(AcquireEvent::Granted(delivery(store, &request.name, grant)))
+        }
+        Ok(AcquireOutcome::Busy { occupancy, .. }) => Ok(AcquireEvent::NotGranted(occupancy)),
+        Ok(refused) => Err(refusal(request, refused)),
+        Err(error) => {
+            undo_if_unknown(store, &request.name, &lease_id, &error);
+            Err(error)
+        }
+    }
+}
+
+/// Releases, in the background, the grant that a store call dropped mid-flight may have made.
+struct ReleaseIfDropped<'a, S: LeaseStore> {
+    store: &'a Arc<S>,
+    name: &'a LeaseName,
+    lease_id: &'a LeaseId,
+}
+
+impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
+    /// The store call completed: its outcome is handled by the caller.
+    fn disarm(self) {
+        std::mem::forget(self); // holds only references: nothing leaks
+    }
+}
+
+impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
+    fn drop(&mut self) {
+        let (store, name, lease_id) =
+            (self.store.clone(), self.name.clone(), self.lease_id.clone());
+        tracing::debug!(%name, "caller left during its acquire attempt; releasing");
+        tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+    }
+}
+
+/// A grant ready for its caller, released if it never reaches them.
+fn delivery<S: LeaseStore>(store: &Arc<S>, name: &LeaseName, grant: Grant) -> GrantDelivery {
+    let (store, name, lease_id) = (store.clone(), name.clone(), grant.lease_id.clone());
+    GrantDelivery {
+        grant,
+        release: Some(Box::new(move || {
+            tracing::debug!(%name, "caller left before the grant reached it; releasing");
+            tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+        })),
+    }
+}
+
+/// After a failed store call: the store may have committed a grant we never heard of (the
+/// answer was lost). Undoes it in the background with the same lease id (release is conditional
+/// and idempotent).
+fn undo_if_unknown<S: LeaseStore>(
+    store: &Arc<S>,
+    name: &LeaseName,
+    lease_id: &LeaseId,
+    error: &Error,
+) {
+    if matches!(error, Error::Unavailable(_)) {
+        let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
+        tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+    }
+}
+
+/// The error for an attempt the store refused outright: the queue is full, or the limit differs
+/// from the one in force.
+fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
+    match outcome {
+        AcquireOutcome::QueueFull { limit } => Error::ResourceExhausted(format!(
+            "too many callers are waiting for this lease (limit {limit})"
+        )),
+        AcquireOutcome::LimitMismatch { limit } => Error::FailedPrecondition(format!(
+            "limit {} differs from the limit in force, {limit}: every holder of a name must ask \
+             for the same limit",
+            request.limit
+        )),
+        other => Error::Internal {
+            name: request.name.to_string(),
+            detail: format!("{other:?} is not a refusal"),
+        },
+    }
 }
 
 /// What a `Waiting` message told the caller: its position, the permits held, and the holder
@@ -168,18 +248,6 @@ async fn wait_for_grant<S: LeaseStore>(
                 }
                 return Ok(Some(Terminal::Granted(grant)));
             }
-            AcquireOutcome::QueueFull { limit } => {
-                return Err(Error::ResourceExhausted(format!(
-                    "too many callers are waiting for this lease (limit {limit})"
-                )));
-            }
-            AcquireOutcome::LimitMismatch { limit } => {
-                return Err(Error::FailedPrecondition(format!(
-                    "limit {} differs from the limit in force, {limit}: every holder of a name \
-                     must ask for the same limit",
-                    request.limit
-                )));
-            }
             AcquireOutcome::Busy {
                 occupancy,
                 position,
@@ -187,6 +255,7 @@ async fn wait_for_grant<S: LeaseStore>(
                 position,
                 occupancy,
             },
+            refused => return Err(refusal(request, refused)),
         };
         let Some(ticket) = ticket.as_mut() else {
             return Ok(Some(Terminal::NotGranted(placement.occupancy)));

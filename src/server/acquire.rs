@@ -1,5 +1,6 @@
 //! `Acquire`: a server stream of `waiting` messages and one terminal `granted` or `not_granted`.
 
+use futures::future::Either;
 use tokio_stream::{StreamExt, wrappers::ReceiverStream};
 use tonic::{Response, Status};
 
@@ -18,7 +19,7 @@ use crate::{
 };
 
 impl<S: LeaseStore> LeaseServiceImpl<S> {
-    pub(super) fn acquire_stream(
+    pub(super) async fn acquire_stream(
         &self,
         principal: Option<Principal>,
         request: AcquireRequest,
@@ -33,11 +34,22 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         })?;
         authorize(&principal, Operation::Acquire, &request.name)?;
         let name = request.name.clone();
-        let events =
-            crate::lease::waiting::acquire(self.store.clone(), request, self.shutdown.clone());
         // Lives as long as the response stream: records the RPC when the stream ends or is dropped.
         let mut recorder = StreamRecorder::start("Acquire");
-        let responses = ReceiverStream::new(events).map(move |event| match event {
+        let events = match request.wait.is_zero() {
+            // Try once: answer before the stream opens, so that the response headers, the answer
+            // and the trailers leave in one write, with no task or channel in between.
+            true => {
+                let answer = crate::lease::waiting::try_once(&self.store, &request).await;
+                Either::Left(tokio_stream::once(answer))
+            }
+            false => Either::Right(ReceiverStream::new(crate::lease::waiting::acquire(
+                self.store.clone(),
+                request,
+                self.shutdown.clone(),
+            ))),
+        };
+        let responses = events.map(move |event| match event {
             Ok(event) => {
                 if !matches!(event, AcquireEvent::Waiting(_)) {
                     recorder.finish(tonic::Code::Ok);

@@ -95,20 +95,22 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
     ) -> Result<Response<Self::AcquireStream>, Status> {
         // Rejected before a stream existed (no token, bad input): recorded here; a stream records
         // itself when it ends.
-        rejections_recorded("Acquire", || {
+        rejections_recorded("Acquire", async {
             let principal = self.authenticate(&request)?;
-            self.acquire_stream(principal, request.into_inner())
+            self.acquire_stream(principal, request.into_inner()).await
         })
+        .await
     }
 
     async fn renew(
         &self,
         request: Request<Streaming<RenewRequest>>,
     ) -> Result<Response<Self::RenewStream>, Status> {
-        rejections_recorded("Renew", || {
+        rejections_recorded("Renew", async {
             let principal = self.authenticate(&request)?;
             Ok(self.renew_stream(principal, request.into_inner()))
         })
+        .await
     }
 
     async fn release(
@@ -137,10 +139,11 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        rejections_recorded("Watch", || {
+        rejections_recorded("Watch", async {
             let principal = self.authenticate(&request)?;
             self.watch_stream(principal, request.into_inner())
         })
+        .await
     }
 
     async fn check_token(
@@ -172,12 +175,12 @@ pub(super) async fn recorded<T>(
 
 /// Opens a streaming RPC; a rejection before the stream exists is recorded here (the stream
 /// records itself when it ends).
-fn rejections_recorded<T>(
+async fn rejections_recorded<T>(
     rpc: &'static str,
-    open: impl FnOnce() -> crate::error::Result<Response<T>>,
+    open: impl Future<Output = crate::error::Result<Response<T>>>,
 ) -> Result<Response<T>, Status> {
     let started = std::time::Instant::now();
-    open().map_err(|error| {
+    open.await.map_err(|error| {
         let status = Status::from(error);
         metrics().record_rpc(rpc, status.code(), started.elapsed());
         status
