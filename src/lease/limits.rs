@@ -438,6 +438,11 @@ mod tests {
         assert!(parse_lease_id(&"x".repeat(129)).is_err());
         let id = LeaseId::generate();
         assert_eq!(id.expose().len(), 32);
+        assert!(
+            id.expose()
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        );
         assert_ne!(id, LeaseId::generate());
         assert!(!format!("{id:?}").contains(id.expose()));
         assert_eq!(id.to_string(), "<redacted>");

@@ -40,9 +40,15 @@ pub struct LeaseId(String);
 impl LeaseId {
     /// A fresh, unguessable lease id.
     pub fn generate() -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
-        LeaseId(bytes.iter().map(|b| format!("{b:02x}")).collect())
+        let mut hex = String::with_capacity(32);
+        for byte in bytes {
+            hex.push(HEX[usize::from(byte >> 4)] as char);
+            hex.push(HEX[usize::from(byte & 0xf)] as char);
+        }
+        LeaseId(hex)
     }
 
     /// The secret itself, for the store and for the holder's reply only.
