@@ -293,6 +293,72 @@ async fn expired_timestamp_key_without_ttl_is_taken_over() {
     assert!(describe(&mut client, "legacy").await.held);
 }
 
+/// A held exclusive lease is two keys, the lease key and the owner hash (which also holds the
+/// name's fencing counter). The hash outlives the lease: a release leaves the counter alone and
+/// the next grant's token is larger; an expired grant's fields stay behind but count only while
+/// the lease key holds the grant's expiry, so a classic SETNX lock written later is nobody's, and
+/// the next grant does not inherit the old lock-delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_hash_keeps_the_counter_and_only_a_live_grants_fields() {
+    let redis = RedisServer::start();
+    let store = store_on(&redis.url(), "leased:").await;
+    let ttl = Duration::from_secs(60);
+
+    let first = grant(&store, &request("layout", "alice", ttl, 1, Duration::ZERO)).await;
+    let keys = redis.command(&["KEYS", "leased:{layout}*"]);
+    let mut keys: Vec<&str> = keys.lines().collect();
+    keys.sort();
+    assert_eq!(keys, ["leased:{layout}", "leased:{layout}:owner"]);
+    let owner_ttl_ms: i64 = redis.command(&["PTTL", "leased:{layout}:owner"])[1..]
+        .parse()
+        .unwrap();
+    assert!(owner_ttl_ms > 6 * 24 * 3_600_000, "{owner_ttl_ms} ms");
+
+    assert!(
+        store
+            .release(&name("layout"), &first.lease_id)
+            .await
+            .unwrap()
+    );
+    let left = redis.command(&["HGETALL", "leased:{layout}:owner"]);
+    assert_eq!(left, format!("token\n{}", first.fencing_token));
+    let second = grant(&store, &request("layout", "bob", ttl, 1, Duration::ZERO)).await;
+    assert!(second.fencing_token > first.fencing_token);
+
+    let delayed = request(
+        "stale",
+        "carol",
+        Duration::from_millis(200),
+        1,
+        Duration::from_millis(300),
+    );
+    let expired = grant(&store, &delayed).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let later = (now_unix_ms() + 60_000).to_string();
+    assert_eq!(redis.command(&["SET", "leased:{stale}", &later]), "+OK");
+    let described = store.describe(&name("stale")).await.unwrap();
+    let [classic] = described.holders.as_slice() else {
+        panic!("{described:?}");
+    };
+    assert_eq!((classic.holder.as_str(), classic.fencing_token), ("", 0));
+    assert_eq!(classic.expiry.map(|expiry| expiry.lock_delay_ms), Some(0));
+
+    redis.command(&["DEL", "leased:{stale}"]);
+    let next = grant(&store, &request("stale", "dave", ttl, 1, Duration::ZERO)).await;
+    assert!(next.fencing_token > expired.fencing_token);
+    let described = store.describe(&name("stale")).await.unwrap();
+    let [dave] = described.holders.as_slice() else {
+        panic!("{described:?}");
+    };
+    assert_eq!(
+        (dave.holder.as_str(), dave.fencing_token),
+        ("dave", next.fencing_token)
+    );
+    assert_eq!(dave.expiry.map(|expiry| expiry.lock_delay_ms), Some(0));
+    let delay = redis.command(&["HEXISTS", "leased:{stale}:owner", "delay"]);
+    assert_eq!(delay, ":0");
+}
+
 /// SIGTERM to the real binary: health turns NOT_SERVING, waiters and Renew streams end with
 /// UNAVAILABLE, and the process exits 0 within the drain grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -760,8 +826,8 @@ fn assert_each_once(pages: &[Vec<String>], expected: &BTreeSet<String>, context:
 /// finds more than a page of 1 or 2 holds: the rest come next): exclusive and counting leases and a
 /// classic SETNX lock still running; not the keys that are not leases (another key of a lease
 /// alone, a name outside the alphabet, a key of another type under a lease's name, a released
-/// lease's fence), nor names outside the prefix. A key prefix with glob characters matches only
-/// itself. A page token of another prefix, or not made by this store, is INVALID_ARGUMENT
+/// lease's owner hash, which keeps its fencing counter), nor names outside the prefix. A key
+/// prefix with glob characters matches only itself. A page token of another prefix, or not made by this store, is INVALID_ARGUMENT
 /// `page_token`, over gRPC too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_scans_only_lease_keys_under_the_prefix() {

@@ -630,8 +630,9 @@ async fn retry_unavailable<T, F: std::future::Future<Output = Result<T, tonic::S
     }
 }
 
-/// How many names have a fence counter on the (cut-off) replica below the largest token already
-/// granted for them: a plain INCR on the promoted replica would hand out a smaller token.
+/// How many names have a fencing counter (the owner hash's `token`) on the (cut-off) replica
+/// below the largest token already granted for them: counting on from it alone, the promoted
+/// replica would hand out a smaller token.
 fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usize {
     let master = sentinels.reported_master_port().expect("a master");
     let replica = sentinels.other_port(master);
@@ -647,8 +648,8 @@ fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usi
                 })
                 .max()
                 .unwrap_or(0);
-            let key = format!("leased:{{{}}}:fence", checker.names[*name]);
-            let on_replica = match query(replica, &["GET", &key]) {
+            let key = format!("leased:{{{}}}:owner", checker.names[*name]);
+            let on_replica = match query(replica, &["HGET", &key, "token"]) {
                 Ok(Resp::Bulk(Some(value))) => value.parse().unwrap_or(0),
                 _ => 0,
             };

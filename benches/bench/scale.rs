@@ -159,7 +159,6 @@ fn lease_key_bytes(redis: &RedisServer, name: &str) -> BenchResult<serde_json::V
     for (part, key) in [
         ("lease", lease.clone()),
         ("owner", format!("{lease}:owner")),
-        ("fence", format!("{lease}:fence")),
     ] {
         let usage = redis.query(&["MEMORY", "USAGE", &key])?.as_int();
         let usage = usage.ok_or_else(|| format!("MEMORY USAGE {key} answered no number"))?;

@@ -48,8 +48,9 @@ use crate::{
     throttle::{LOG_INTERVAL, Throttle},
 };
 
-/// The fence counter outlives leases by at least this long, so that tokens usually come from the
-/// counter; if it expires anyway, the clock floor in `acquire.lua` keeps tokens increasing.
+/// The owner hash, which holds a name's fencing counter, outlives its leases by at least this long
+/// (twice the TTL for longer ones); if it expires anyway, the clock floor in `queue.lua` keeps
+/// tokens increasing.
 const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A replica whose waiters' entries were not renewed for this long is taken for dead, and its
@@ -165,10 +166,11 @@ pub struct RedisStore {
 }
 
 /// The keys of one lease, all under the hash tag `{name}` so that every script touches one slot.
-struct LeaseKeys {
+/// Built for every request (public for the micro-benchmarks in `benches/hot_paths.rs`).
+pub struct LeaseKeys {
     lease: String,
+    /// The name's fencing counter and its exclusive grant (queue.lua).
     owner: String,
-    fence: String,
     queue: String,
     replicas: String,
     /// The shard channel of the name's wake-ups: in the same slot, declared as a key.
@@ -184,6 +186,33 @@ struct LeaseKeys {
 }
 
 impl LeaseKeys {
+    /// The keys of `name` under `key_prefix`.
+    pub fn new(key_prefix: &str, name: &LeaseName) -> Self {
+        let mut lease = String::with_capacity(key_prefix.len() + name.as_str().len() + 2);
+        lease.push_str(key_prefix);
+        lease.push('{');
+        lease.push_str(name.as_str());
+        lease.push('}');
+        // Concatenated rather than format!ed: this runs for every request.
+        let key = |suffix: &str| [lease.as_str(), suffix].concat();
+        LeaseKeys {
+            owner: key(":owner"),
+            queue: key(":queue"),
+            replicas: key(":replicas"),
+            wake: key(":wake"),
+            permits: key(":permits"),
+            holders: key(":holders"),
+            watchers: key(":watchers"),
+            revoked: key(":revoked"),
+            lease,
+        }
+    }
+
+    /// The key that holds the lease's expiry: `<prefix>{name}`.
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
     /// The KEYS of leave.lua and status.lua, and the first ones of release.lua and revoke.lua, in
     /// the order their headers list.
     fn for_queue_scripts(self) -> Vec<String> {
@@ -314,25 +343,7 @@ impl RedisStore {
     }
 
     fn keys(&self, name: &LeaseName) -> LeaseKeys {
-        let mut lease = String::with_capacity(self.key_prefix.len() + name.as_str().len() + 2);
-        lease.push_str(&self.key_prefix);
-        lease.push('{');
-        lease.push_str(name.as_str());
-        lease.push('}');
-        // Concatenated rather than format!ed: this runs for every request.
-        let key = |suffix: &str| [lease.as_str(), suffix].concat();
-        LeaseKeys {
-            owner: key(":owner"),
-            fence: key(":fence"),
-            queue: key(":queue"),
-            replicas: key(":replicas"),
-            wake: key(":wake"),
-            permits: key(":permits"),
-            holders: key(":holders"),
-            watchers: key(":watchers"),
-            revoked: key(":revoked"),
-            lease,
-        }
+        LeaseKeys::new(&self.key_prefix, name)
     }
 
     /// Runs one script on `name`'s keys; `operation` names it in metrics and errors.
@@ -696,7 +707,10 @@ impl LeaseStore for RedisStore {
         let name = &request.name;
         let keys = self.keys(name);
         let ttl_ms = request.ttl.as_millis() as u64;
-        let fence_ttl_ms = MIN_FENCE_TTL.max(request.ttl * 2).as_millis() as u64;
+        let fence_ttl_ms = MIN_FENCE_TTL
+            .max(request.ttl * 2)
+            .max(request.ttl + request.lock_delay)
+            .as_millis() as u64;
         let reply = self
             .run(
                 "acquire",
@@ -705,7 +719,6 @@ impl LeaseStore for RedisStore {
                 vec![
                     keys.lease,
                     keys.owner,
-                    keys.fence,
                     keys.queue,
                     keys.replicas,
                     keys.wake,
@@ -727,24 +740,7 @@ impl LeaseStore for RedisStore {
                 ],
             )
             .await?;
-        match reply.int(0)? {
-            1 => Ok(AcquireOutcome::Granted(Grant {
-                lease_id: lease_id.clone(),
-                fencing_token: reply.token(1)?,
-                ttl_ms: reply.int(2)?,
-                expires_at_ms: reply.int(3)?,
-            })),
-            2 => Ok(AcquireOutcome::QueueFull {
-                limit: self.max_waiters_per_name,
-            }),
-            3 => Ok(AcquireOutcome::LimitMismatch {
-                limit: reply.count(1)?,
-            }),
-            _ => Ok(AcquireOutcome::Busy {
-                position: reply.count(1)?,
-                occupancy: reply.occupancy(2)?,
-            }),
-        }
+        reply.acquire_outcome(lease_id, self.max_waiters_per_name)
     }
 
     async fn renew(
@@ -767,7 +763,11 @@ impl LeaseStore for RedisStore {
                     keys.holders,
                     keys.revoked,
                 ],
-                vec![lease_id.expose().to_owned(), ttl_ms.to_string()],
+                vec![
+                    lease_id.expose().to_owned(),
+                    ttl_ms.to_string(),
+                    MIN_FENCE_TTL.as_millis().to_string(),
+                ],
             )
             .await?;
         if reply.int(0)? == 1 {
@@ -1281,7 +1281,7 @@ impl KeyKinds {
 /// The `MATCH` pattern of a listing of `prefix`: every key whose hash tag starts with it and
 /// whose last character is not `e` or `r`. A lease key ends with `}` and a counting lease's
 /// permits with `s`; this leaves out the keys of each name that never mark a lease as held and
-/// are the most numerous (`:owner`, `:queue`, and `:fence`, which outlives its lease by days),
+/// are the most numerous (`:queue`, and `:owner`, which outlives its lease by days),
 /// so that Redis does not send them. Spelled without `}`, which fred would take for a hash tag.
 fn scan_pattern(key_prefix: &str, prefix: &ListPrefix) -> String {
     format!(
@@ -1477,7 +1477,49 @@ struct Reply<'a> {
     value: Value,
 }
 
+/// Reads a reply of acquire.lua (its header lists the shapes) for the attempt of `lease_id` on
+/// `name`; public for the micro-benchmarks in `benches/hot_paths.rs`.
+pub fn parse_acquire_reply(
+    name: &LeaseName,
+    lease_id: &LeaseId,
+    max_waiters_per_name: usize,
+    value: Value,
+) -> Result<AcquireOutcome> {
+    let reply = Reply {
+        operation: "acquire",
+        name,
+        value,
+    };
+    reply.acquire_outcome(lease_id, max_waiters_per_name)
+}
+
 impl Reply<'_> {
+    /// acquire.lua's answer for the attempt of `lease_id`.
+    fn acquire_outcome(
+        &self,
+        lease_id: &LeaseId,
+        max_waiters_per_name: usize,
+    ) -> Result<AcquireOutcome> {
+        match self.int(0)? {
+            1 => Ok(AcquireOutcome::Granted(Grant {
+                lease_id: lease_id.clone(),
+                fencing_token: self.token(1)?,
+                ttl_ms: self.int(2)?,
+                expires_at_ms: self.int(3)?,
+            })),
+            2 => Ok(AcquireOutcome::QueueFull {
+                limit: max_waiters_per_name,
+            }),
+            3 => Ok(AcquireOutcome::LimitMismatch {
+                limit: self.count(1)?,
+            }),
+            _ => Ok(AcquireOutcome::Busy {
+                position: self.count(1)?,
+                occupancy: self.occupancy(2)?,
+            }),
+        }
+    }
+
     fn broken(&self, what: String) -> Error {
         Error::Internal {
             name: self.name.to_string(),

@@ -4,16 +4,17 @@
 --
 -- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs
 --                                   with the lease, lock-delay included
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay (if any); same expiry
--- KEYS[3]  <prefix>{name}:fence     string: the last fencing token issued; outlives the lease
--- KEYS[4]  <prefix>{name}:queue     sorted set: waiting entries (queue.lua)
--- KEYS[5]  <prefix>{name}:replicas  hash: replica -> deadline (queue.lua)
--- KEYS[6]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (queue.lua)
--- KEYS[7]  <prefix>{name}:permits   sorted set: a counting lease's permits (queue.lua)
--- KEYS[8]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (queue.lua)
--- KEYS[9]  <prefix>{name}:watchers  hash: replica -> deadline, while any replica watches the name
+-- KEYS[2]  <prefix>{name}:owner     hash: token, the name's last fencing token, and the grant of
+--                                   an exclusive lease: id, holder, ttl, exp, delay (if any)
+--                                   (queue.lua); kept for the fence TTL, past the lease
+-- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (queue.lua)
+-- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline (queue.lua)
+-- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (queue.lua)
+-- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits (queue.lua)
+-- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (queue.lua)
+-- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline, while any replica watches the name
 --                                   (watching.lua); a grant publishes 'g...' only then
--- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms
+-- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms (the owner hash's)
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] replica   ARGV[7] replica_ttl_ms
 -- ARGV[8]  max_waiters (the whole queue, every replica)   ARGV[9] limit (1: exclusive)
 -- ARGV[10] lock_delay_ms
@@ -29,8 +30,8 @@
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
 -- lease key and the owner hash, so it must always be spelled the same way.
-local lease, owner_key, fence, queue, replicas, channel, permits, holders, watchers =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local lease, owner_key, queue, replicas, channel, permits, holders, watchers =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local lease_id, holder, entry = ARGV[1], ARGV[2], ARGV[5]
 local now_ms, now_us = redis_now()
 local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -49,8 +50,11 @@ if current then
   if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
     -- A key with no TTL whose timestamp has passed: the classic SETNX lock left by a crashed client.
     takeover = true
-  else
+  elseif owner[5] == current then
     occupied = {1, 1, unpack(holder_fields(lease, current, owner[2], owner[3], owner[6], now_ms))}
+  else
+    -- A key something else wrote: the owner hash's fields are an earlier grant's.
+    occupied = {1, 1, unpack(holder_fields(lease, current, nil, nil, nil, now_ms))}
   end
 end
 if not occupied then
@@ -79,7 +83,9 @@ if free > 0 then
     ahead = rank or redis.call('ZCARD', queue)
   end
   if ahead < free then
-    local token = next_token(fence, now_us, ARGV[4])
+    local last = redis.call('HMGET', owner_key, 'token', 'delay')
+    local token = next_token(last[1], now_us)
+    local token_text = string.format('%d', token)
     local expires_at_ms = now_ms + ttl_ms
     local expiry = string.format('%d', expires_at_ms)
     if limit == 1 then
@@ -93,18 +99,21 @@ if free > 0 then
       else
         redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
       end
-      redis.call('HSET', owner_key, 'id', lease_id, 'holder', holder, 'token', string.format('%d', token),
+      redis.call('HSET', owner_key, 'id', lease_id, 'holder', holder, 'token', token_text,
         'ttl', ARGV[3], 'exp', expiry)
       if delay_ms > 0 then
         redis.call('HSET', owner_key, 'delay', ARGV[10])
+      elseif last[2] then
+        redis.call('HDEL', owner_key, 'delay') -- an earlier grant's, which expired
       end
-      redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms)
     else
+      redis.call('HSET', owner_key, 'token', token_text)
       redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
         'limit', ARGV[9])
       redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
       keep_permits(permits, holders, now_ms)
     end
+    redis.call('PEXPIRE', owner_key, ARGV[4])
     if rank then
       redis.call('ZREM', queue, entry)
       queue_moved(queue, replicas, channel, free - 1)

@@ -16,7 +16,12 @@
 -- hold spaces.
 --
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
--- permits of a counting lease (limit > 1):
+-- permits of a counting lease (limit > 1). The owner hash, <prefix>{name}:owner, holds the name's
+-- fencing counter, 'token' (the last token issued, for either kind; it outlives the leases by
+-- days), and while an exclusive lease is held its grant: 'id', 'holder', 'ttl', 'exp' and 'delay'
+-- (if any). Those fields are the holder's only while the lease key exists and holds the same
+-- expiry as 'exp': a lease that expired leaves them behind, and a key that something else wrote
+-- (a classic SETNX lock) never matches them.
 --   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
 --                           lock-delay)
 --   <prefix>{name}:holders  hash: lease_id -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
@@ -111,7 +116,8 @@ local function holder_fields(lease, current, holder, token, delay, now_ms)
 end
 
 -- Who holds the lease, as holder_fields answers, or nil when it is free: no key, or the expired
--- key of a crashed classic SETNX lock (which acquire takes over).
+-- key of a crashed classic SETNX lock (which acquire takes over). A key that leased did not write
+-- has no holder, token or delay.
 local function lease_holder(lease, owner_key, now_ms)
   local current = redis.call('GET', lease)
   if not current then
@@ -121,8 +127,20 @@ local function lease_holder(lease, owner_key, now_ms)
   if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
     return nil
   end
-  local owner = redis.call('HMGET', owner_key, 'holder', 'token', 'delay')
-  return holder_fields(lease, current, owner[1], owner[2], owner[3], now_ms)
+  local owner = redis.call('HMGET', owner_key, 'exp', 'holder', 'token', 'delay')
+  if owner[1] ~= current then
+    return holder_fields(lease, current, nil, nil, nil, now_ms)
+  end
+  return holder_fields(lease, current, owner[2], owner[3], owner[4], now_ms)
+end
+
+-- The fields of an exclusive grant in the owner hash; 'token' stays, as the name's counter.
+local GRANT_FIELDS = {'id', 'holder', 'ttl', 'exp', 'delay'}
+
+-- Ends an exclusive lease: its key, and its grant's fields in the owner hash.
+local function end_exclusive(lease, owner_key)
+  redis.call('DEL', lease)
+  redis.call('HDEL', owner_key, unpack(GRANT_FIELDS))
 end
 
 -- A permit's record in the holders hash, or nil.
@@ -215,18 +233,14 @@ local function free_for_queue(occupied)
   return math.max(occupied[2] - occupied[1], 0)
 end
 
--- The next fencing token of a name. Tokens strictly increase per name even if Redis lost the
--- counter (restart without persistence, failover to a lagging replica, FLUSHALL): the counter
--- never falls below Redis time in microseconds. ARCHITECTURE.md, "Invariants".
-local function next_token(fence, now_us, fence_ttl_ms)
-  local token = redis.call('INCR', fence)
-  if token < now_us then
-    token = now_us
-    redis.call('SET', fence, string.format('%d', token), 'PX', fence_ttl_ms)
-  else
-    redis.call('PEXPIRE', fence, fence_ttl_ms)
-  end
-  return token
+-- The next fencing token of a name, from the last one in the owner hash; the caller writes it
+-- back there (with its grant, for an exclusive lease) and keeps the hash for the fence TTL. Tokens
+-- strictly increase per name even if Redis lost the hash (restart without persistence, failover
+-- to a lagging replica, FLUSHALL): they never fall below Redis time in microseconds.
+-- ARCHITECTURE.md, "Invariants". Lua numbers are doubles: exact for integers below 2^53, which
+-- microsecond timestamps stay under for a quarter of a million years.
+local function next_token(last, now_us)
+  return math.max((tonumber(last) or 0) + 1, now_us)
 end
 
 -- Whether some replica watches the name (watching.lua): only then are its changes published.

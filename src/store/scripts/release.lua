@@ -3,7 +3,7 @@
 -- if someone waits). Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
+-- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
@@ -28,7 +28,7 @@ if current then
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
     return {0}
   end
-  redis.call('DEL', lease, owner_key)
+  end_exclusive(lease, owner_key)
   free = 1
   ended = {tonumber(owner[3]) or 0, tonumber(current), owner[4] or ''}
 else

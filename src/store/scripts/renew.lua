@@ -2,12 +2,12 @@
 -- (not in its lock-delay). Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
+-- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- KEYS[5]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>' (revoke.lua); read
 --                                   only when the lease is lost
--- ARGV[1]  lease_id   ARGV[2] ttl_ms (0: keep the granted TTL)
+-- ARGV[1]  lease_id   ARGV[2] ttl_ms (0: keep the granted TTL)   ARGV[3] min_fence_ttl_ms
 -- Reply    {1, token, ttl_ms, expires_at_ms}   renewed
 --          {0, 'expired'}                      nobody holds it (TTL passed, or released)
 --          {0, 'taken'}                        someone else holds it
@@ -44,7 +44,8 @@ if current then
   local expiry = string.format('%d', expires_at_ms)
   redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
   redis.call('HSET', owner_key, 'ttl', string.format('%d', ttl_ms), 'exp', expiry)
-  redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms)
+  -- The owner hash outlives the lease, renewed for however long, as the grant made it.
+  redis.call('PEXPIRE', owner_key, math.max(tonumber(ARGV[3]), 2 * ttl_ms, ttl_ms + delay_ms))
   return {1, tonumber(owner[2]), ttl_ms, expires_at_ms}
 end
 

@@ -5,7 +5,7 @@
 -- woken, as release.lua does. Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: id, holder, token, ttl, exp, delay
+-- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
@@ -36,7 +36,7 @@ local owner = current and redis.call('HMGET', owner_key, 'id', 'holder', 'token'
 -- A key something else wrote (a classic lock) has no grant to revoke.
 if owner and owner[1] and owner[5] == current and tonumber(current) > now_ms then
   if chosen(tonumber(owner[3])) then
-    redis.call('DEL', lease, owner_key)
+    end_exclusive(lease, owner_key)
     table.insert(ended, {id = owner[1], token = tonumber(owner[3]), holder = owner[2] or '',
       ttl = tonumber(owner[4]) or 0, exp = tonumber(current)})
     free = 1
