@@ -255,7 +255,7 @@ async fn holders_from_the_server_are_printed_escaped() {
     must_acquire(&mut client, "cli/hostile", 60_000).await;
     let added = setup
         .redis
-        .query(&["HSET", "leased:{cli/hostile}:owner", "holder", HOSTILE])
+        .query(&["HSET", "leased:{cli/hostile}:owner", "h", HOSTILE])
         .unwrap();
     assert_eq!(added.as_int(), Some(0), "the holder field was overwritten");
     assert_eq!(describe(&mut client, "cli/hostile").await.holder, HOSTILE);
@@ -1035,7 +1035,7 @@ async fn list_prints_every_held_lease_under_the_prefix() {
     }
     setup
         .redis
-        .command(&["HSET", "leased:{cli/list/b}:owner", "holder", HOSTILE]);
+        .command(&["HSET", "leased:{cli/list/b}:owner", "h", HOSTILE]);
 
     let mut table = leased(&endpoint);
     table.args(["list", "cli/list/", "--page-size", "2"]);

@@ -630,7 +630,7 @@ async fn retry_unavailable<T, F: std::future::Future<Output = Result<T, tonic::S
     }
 }
 
-/// How many names have a fencing counter (the owner hash's `token`) on the (cut-off) replica
+/// How many names have a fencing counter (the owner hash's `t`) on the (cut-off) replica
 /// below the largest token already granted for them: counting on from it alone, the promoted
 /// replica would hand out a smaller token.
 fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usize {
@@ -649,7 +649,7 @@ fn counters_behind_on_replica(checker: &Checker, sentinels: &SentinelSet) -> usi
                 .max()
                 .unwrap_or(0);
             let key = format!("leased:{{{}}}:owner", checker.names[*name]);
-            let on_replica = match query(replica, &["HGET", &key, "token"]) {
+            let on_replica = match query(replica, &["HGET", &key, "t"]) {
                 Ok(Resp::Bulk(Some(value))) => value.parse().unwrap_or(0),
                 _ => 0,
             };

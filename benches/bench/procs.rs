@@ -57,13 +57,18 @@ pub async fn start_leased(
     extra_args: &[String],
     log_level: &str,
 ) -> BenchResult<Metered<LeasedProcess>> {
+    let helm = helm_config()?;
     let mut serve = LeasedProcess::serve()
         .args(extra_args)
         .log(Log::File(bench_dir().join(format!("leased-{label}.log"))))
         .log_level(log_level);
     if let Some(url) = redis_url {
-        serve = serve.redis(url).redis_timeout("5s");
+        let timeout = helm.iter().find(|(key, _)| key == "LEASED_REDIS_TIMEOUT");
+        serve = serve
+            .redis(url)
+            .redis_timeout(timeout.map_or("2s", |(_, value)| value.as_str()));
     }
+    serve = serve.envs(helm.into_iter().filter(|(key, _)| key != "RUST_LOG"));
     if let Some(program) = LEASED_BIN.get() {
         serve = serve.program(program.clone());
     }
@@ -110,4 +115,68 @@ pub async fn connect(address: SocketAddr) -> BenchResult<Channel> {
 /// Resident memory of `pid`, in bytes.
 pub fn rss_bytes(pid: u32) -> BenchResult<u64> {
     Ok(rss_kib(pid)? * 1024)
+}
+
+/// The settings the Helm chart ships: the `config:` block of `helm/leased/values.yaml`, as the
+/// chart's ConfigMap (`templates/configmap.yaml`) turns it into environment variables, so that
+/// the bench serves the configuration users run (JSON logs, the Redis timeout, every limit).
+/// The bench's own flags (`--redis-pool-size`, `--server-log`, a scenario's limits) win.
+pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
+    const VARIABLES: [(&str, &str); 15] = [
+        ("maxTtl", "LEASED_MAX_TTL"),
+        ("maxWait", "LEASED_MAX_WAIT"),
+        ("redisTimeout", "LEASED_REDIS_TIMEOUT"),
+        ("redisPoolSize", "LEASED_REDIS_POOL_SIZE"),
+        ("keyPrefix", "LEASED_KEY_PREFIX"),
+        ("maxConcurrentStreams", "LEASED_MAX_CONCURRENT_STREAMS"),
+        ("maxWaitersPerName", "LEASED_MAX_WAITERS_PER_NAME"),
+        ("maxLimit", "LEASED_MAX_LIMIT"),
+        ("maxLeasesPerStream", "LEASED_MAX_LEASES_PER_STREAM"),
+        ("maxMessageBytes", "LEASED_MAX_MESSAGE_BYTES"),
+        ("maxConnections", "LEASED_MAX_CONNECTIONS"),
+        ("handshakeTimeout", "LEASED_HANDSHAKE_TIMEOUT"),
+        ("drainGraceSeconds", "LEASED_DRAIN_GRACE"),
+        ("logFormat", "LEASED_LOG_FORMAT"),
+        ("logLevel", "RUST_LOG"),
+    ];
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/helm/leased/values.yaml");
+    let values = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    // The block's settings are the lines indented by two spaces after `config:`, up to the next
+    // top-level line; comments and blank lines aside.
+    let block = values
+        .lines()
+        .skip_while(|line| *line != "config:")
+        .skip(1)
+        .take_while(|line| line.is_empty() || line.starts_with(' ') || line.starts_with('#'));
+    let mut config = Vec::new();
+    for line in block {
+        let Some(setting) = line.strip_prefix("  ") else {
+            continue;
+        };
+        let Some((key, value)) = setting.split_once(": ") else {
+            continue;
+        };
+        if key.starts_with([' ', '#']) {
+            continue;
+        }
+        let value = value.trim().trim_matches('"');
+        let (_, variable) = VARIABLES
+            .iter()
+            .find(|(name, _)| *name == key)
+            .ok_or_else(|| format!("{path}: config.{key} is new; map it in procs::helm_config"))?;
+        let value = match key {
+            "drainGraceSeconds" => format!("{value}s"),
+            _ => value.to_owned(),
+        };
+        config.push((variable.to_string(), value));
+    }
+    if config.len() != VARIABLES.len() {
+        return Err(format!(
+            "{path}: {} of the {} config settings found",
+            config.len(),
+            VARIABLES.len()
+        )
+        .into());
+    }
+    Ok(config)
 }

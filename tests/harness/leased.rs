@@ -190,6 +190,8 @@ pub struct Serve {
     args: Vec<OsString>,
     log: Log,
     log_level: String,
+    /// More environment variables of the child (`LEASED_*` settings).
+    envs: Vec<(String, String)>,
     fd_limit: Option<u64>,
     /// `--health-listen`: where health answers in plaintext (the gRPC port may speak TLS).
     health_address: Option<SocketAddr>,
@@ -234,6 +236,12 @@ impl Serve {
         self
     }
 
+    /// Environment variables of the child, as a ConfigMap would set them (flags win over them).
+    pub fn envs(mut self, envs: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.envs.extend(envs);
+        self
+    }
+
     /// Starts the child with this open-file limit, soft and hard (it cannot raise it).
     pub fn fd_limit(mut self, limit: u64) -> Self {
         self.fd_limit = Some(limit);
@@ -261,6 +269,7 @@ impl Serve {
         let mut command = Command::new(&self.program);
         command
             .args(["serve", "--listen", &address.to_string()])
+            .envs(self.envs.iter().map(|(key, value)| (key, value)))
             .env("RUST_LOG", &self.log_level);
         if let Some(url) = &self.redis_url {
             command.args(["--redis-url", url, "--redis-timeout", &self.redis_timeout]);
@@ -351,6 +360,7 @@ impl LeasedProcess {
             args: Vec::new(),
             log: Log::Inherit,
             log_level: "warn".to_owned(),
+            envs: Vec::new(),
             fd_limit: None,
             health_address: None,
         }

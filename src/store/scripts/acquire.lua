@@ -4,9 +4,9 @@
 --
 -- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs
 --                                   with the lease, lock-delay included
--- KEYS[2]  <prefix>{name}:owner     hash: token, the name's last fencing token, and the grant of
---                                   an exclusive lease: id, holder, ttl, exp, delay (if any)
---                                   (queue.lua); kept for the fence TTL, past the lease
+-- KEYS[2]  <prefix>{name}:owner     hash: the name's last fencing token, and the grant of an
+--                                   exclusive lease (queue.lua); kept for the fence TTL, past
+--                                   the lease
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (queue.lua)
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline (queue.lua)
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (queue.lua)
@@ -41,7 +41,7 @@ local occupied
 local takeover = false
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'id', 'holder', 'token', 'ttl', 'exp', 'delay')
+  local owner = redis.call('HMGET', owner_key, 'i', 'h', 't', 'l', 'e', 'd')
   local current_ms = tonumber(current)
   if owner[1] == lease_id and owner[5] == current and current_ms > now_ms then
     -- A retry of this very grant (the first reply was lost): answer it again.
@@ -57,9 +57,13 @@ if current then
     occupied = {1, 1, unpack(holder_fields(lease, current, nil, nil, nil, now_ms))}
   end
 end
+-- Whether any of the keys that a plain grant finds missing exists: a counting lease's holders, a
+-- queue, watchers. One call answers the common case, none; the grant path always sets it here.
+local bystanders = true
 if not occupied then
   occupied = nobody()
-  if redis.call('EXISTS', holders) == 1 then
+  bystanders = redis.call('EXISTS', holders, queue, watchers) > 0
+  if bystanders and redis.call('EXISTS', holders) == 1 then
     local mine = parse_permit(redis.call('HGET', holders, lease_id))
     if mine and mine.exp > now_ms then
       return {1, mine.token, mine.ttl, mine.exp}
@@ -75,15 +79,15 @@ end
 -- The free permits go to the first callers in line; a caller not in line comes after them all.
 local free = limit - occupied[1]
 if free > 0 then
-  local rank = entry ~= '' and redis.call('ZRANK', queue, entry) or nil
-  local ahead = rank or redis.call('ZCARD', queue)
+  local rank = bystanders and entry ~= '' and redis.call('ZRANK', queue, entry) or nil
+  local ahead = rank or (bystanders and redis.call('ZCARD', queue) or 0)
   if ahead >= free and purge_dead_replicas(queue, replicas, now_ms) then
     queue_moved(queue, replicas, channel, free)
     rank = entry ~= '' and redis.call('ZRANK', queue, entry) or nil
     ahead = rank or redis.call('ZCARD', queue)
   end
   if ahead < free then
-    local last = redis.call('HMGET', owner_key, 'token', 'delay')
+    local last = redis.call('HMGET', owner_key, 't', 'd')
     local token = next_token(last[1], now_us)
     local token_text = string.format('%d', token)
     local expires_at_ms = now_ms + ttl_ms
@@ -99,15 +103,15 @@ if free > 0 then
       else
         redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
       end
-      redis.call('HSET', owner_key, 'id', lease_id, 'holder', holder, 'token', token_text,
-        'ttl', ARGV[3], 'exp', expiry)
+      redis.call('HSET', owner_key, 'i', lease_id, 'h', holder, 't', token_text,
+        'l', ARGV[3], 'e', expiry)
       if delay_ms > 0 then
-        redis.call('HSET', owner_key, 'delay', ARGV[10])
+        redis.call('HSET', owner_key, 'd', ARGV[10])
       elseif last[2] then
-        redis.call('HDEL', owner_key, 'delay') -- an earlier grant's, which expired
+        redis.call('HDEL', owner_key, 'd') -- an earlier grant's, which expired
       end
     else
-      redis.call('HSET', owner_key, 'token', token_text)
+      redis.call('HSET', owner_key, 't', token_text)
       redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
         'limit', ARGV[9])
       redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
@@ -118,7 +122,7 @@ if free > 0 then
       redis.call('ZREM', queue, entry)
       queue_moved(queue, replicas, channel, free - 1)
     end
-    if watched(watchers) then
+    if bystanders and watched(watchers) then
       redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
     end
     return {1, token, ttl_ms, expires_at_ms}

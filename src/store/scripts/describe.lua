@@ -2,7 +2,7 @@
 -- Read-only. Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- KEYS[5]  <prefix>{name}:queue     sorted set: waiting entries

@@ -2,7 +2,7 @@
 -- a name's queue. Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups

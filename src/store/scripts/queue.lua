@@ -17,11 +17,13 @@
 --
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
 -- permits of a counting lease (limit > 1). The owner hash, <prefix>{name}:owner, holds the name's
--- fencing counter, 'token' (the last token issued, for either kind; it outlives the leases by
--- days), and while an exclusive lease is held its grant: 'id', 'holder', 'ttl', 'exp' and 'delay'
--- (if any). Those fields are the holder's only while the lease key exists and holds the same
--- expiry as 'exp': a lease that expired leaves them behind, and a key that something else wrote
--- (a classic SETNX lock) never matches them.
+-- fencing counter, 't' (the last token issued, for either kind; it outlives the leases by days),
+-- and while an exclusive lease is held its grant: 'i' the lease id, 'h' the holder, 'l' the TTL
+-- (lifetime) in ms, 'e' the expiry (Unix ms) and 'd' the lock-delay in ms (only if any). One
+-- letter each: a held lease is two keys, and the hash's field names are a good part of its bytes.
+-- The grant's fields are the holder's only while the lease key exists and holds the same expiry
+-- as 'e': a lease that expired leaves them behind, and a key that something else wrote (a
+-- classic SETNX lock) never matches them.
 --   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
 --                           lock-delay)
 --   <prefix>{name}:holders  hash: lease_id -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
@@ -127,15 +129,15 @@ local function lease_holder(lease, owner_key, now_ms)
   if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
     return nil
   end
-  local owner = redis.call('HMGET', owner_key, 'exp', 'holder', 'token', 'delay')
+  local owner = redis.call('HMGET', owner_key, 'e', 'h', 't', 'd')
   if owner[1] ~= current then
     return holder_fields(lease, current, nil, nil, nil, now_ms)
   end
   return holder_fields(lease, current, owner[2], owner[3], owner[4], now_ms)
 end
 
--- The fields of an exclusive grant in the owner hash; 'token' stays, as the name's counter.
-local GRANT_FIELDS = {'id', 'holder', 'ttl', 'exp', 'delay'}
+-- The fields of an exclusive grant in the owner hash; 't' stays, as the name's counter.
+local GRANT_FIELDS = {'i', 'h', 'l', 'e', 'd'}
 
 -- Ends an exclusive lease: its key, and its grant's fields in the owner hash.
 local function end_exclusive(lease, owner_key)

@@ -3,7 +3,7 @@
 -- if someone waits). Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
@@ -23,7 +23,7 @@ local free
 local ended
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'id', 'exp', 'token', 'holder')
+  local owner = redis.call('HMGET', owner_key, 'i', 'e', 't', 'h')
   -- A lease in its lock-delay has expired: releasing it is too late to end the delay.
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
     return {0}
@@ -44,12 +44,14 @@ else
   ended = {permit.token, permit.exp, permit.holder}
 end
 
-if watched(watchers) then
+-- Whether anyone watches the name or waits for it: one call for the common case, neither.
+local bystanders = redis.call('EXISTS', watchers, queue) > 0
+if bystanders and watched(watchers) then
   redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
 end
 
 local woken = ''
-if free > 0 and redis.call('EXISTS', queue) == 1 then
+if free > 0 and bystanders and redis.call('EXISTS', queue) == 1 then
   if purge_dead_replicas(queue, replicas, now_ms) then
     queue_moved(queue, replicas, channel, free)
     woken = first_in_line(queue) or ''

@@ -2,7 +2,7 @@
 -- (not in its lock-delay). Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- KEYS[5]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>' (revoke.lua); read
@@ -26,7 +26,7 @@ end
 
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'id', 'token', 'ttl', 'exp', 'delay')
+  local owner = redis.call('HMGET', owner_key, 'i', 't', 'l', 'e', 'd')
   local current_ms = tonumber(current) -- nil for a key something else wrote
   if current_ms and current_ms <= now_ms then
     return lost('expired') -- in a lock-delay, or a crashed classic lock: nobody holds it
@@ -43,7 +43,7 @@ if current then
   local expires_at_ms = now_ms + ttl_ms
   local expiry = string.format('%d', expires_at_ms)
   redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
-  redis.call('HSET', owner_key, 'ttl', string.format('%d', ttl_ms), 'exp', expiry)
+  redis.call('HSET', owner_key, 'l', string.format('%d', ttl_ms), 'e', expiry)
   -- The owner hash outlives the lease, renewed for however long, as the grant made it.
   redis.call('PEXPIRE', owner_key, math.max(tonumber(ARGV[3]), 2 * ttl_ms, ttl_ms + delay_ms))
   return {1, tonumber(owner[2]), ttl_ms, expires_at_ms}

@@ -5,7 +5,7 @@
 -- woken, as release.lua does. Prepended with queue.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: token; id, holder, ttl, exp, delay (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
@@ -31,7 +31,7 @@ local ended = {}
 -- Permits free once they have ended: the callers at those places in line may take one.
 local free = 0
 local current = redis.call('GET', lease)
-local owner = current and redis.call('HMGET', owner_key, 'id', 'holder', 'token', 'ttl', 'exp')
+local owner = current and redis.call('HMGET', owner_key, 'i', 'h', 't', 'l', 'e')
 -- An exclusive lease leased granted (its owner hash matches the key), and not in its lock-delay.
 -- A key something else wrote (a classic lock) has no grant to revoke.
 if owner and owner[1] and owner[5] == current and tonumber(current) > now_ms then
