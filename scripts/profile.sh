@@ -63,7 +63,7 @@ perf record -q -F 499 -e cpu-clock --call-graph dwarf,32768 -p "$pid" -o "$out.p
 wait $bench || true
 trap - EXIT
 
-perf script -i "$out.perf.data" 2>/dev/null | inferno-collapse-perf >"$out.folded"
+perf script -i "$out.perf.data" 2>/dev/null | inferno-collapse-perf --kernel >"$out.folded"
 inferno-flamegraph --title "leased, $scenario@$callers" <"$out.folded" >"$out.svg"
 rm -f "$out.perf.data"
 grep "$scenario@$callers" "$out.bench.md" || true

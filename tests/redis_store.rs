@@ -359,6 +359,50 @@ async fn the_owner_hash_keeps_the_counter_and_only_a_live_grants_fields() {
     assert_eq!(delay, ":0");
 }
 
+/// A counting lease counts its tokens in its holders hash while it holds permits (its grants do
+/// not write the owner hash, so a name's permits cost two keys), and hands the counter to the
+/// owner hash when its last permit is released: tokens keep increasing from an exclusive lease to
+/// a counting one and back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counting_lease_hands_its_counter_to_the_owner_hash() {
+    let redis = RedisServer::start();
+    let store = store_on(&redis.url(), "leased:").await;
+    let ttl = Duration::from_secs(60);
+    let exclusive = grant(&store, &request("pool", "solo", ttl, 1, Duration::ZERO)).await;
+    assert!(
+        store
+            .release(&name("pool"), &exclusive.lease_id)
+            .await
+            .unwrap()
+    );
+
+    let first = grant(&store, &request("pool", "a", ttl, 3, Duration::ZERO)).await;
+    let second = grant(&store, &request("pool", "b", ttl, 3, Duration::ZERO)).await;
+    assert!(exclusive.fencing_token < first.fencing_token);
+    assert!(first.fencing_token < second.fencing_token);
+    let counted = redis.command(&["HGET", "leased:{pool}:holders", "t"]);
+    assert_eq!(counted, second.fencing_token.to_string());
+
+    for permit in [&first, &second] {
+        assert!(
+            store
+                .release(&name("pool"), &permit.lease_id)
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(redis.command(&["EXISTS", "leased:{pool}:holders"]), ":0");
+    let kept = redis.command(&["HGET", "leased:{pool}:owner", "t"]);
+    assert_eq!(kept, second.fencing_token.to_string());
+    let owner_ttl_ms: i64 = redis.command(&["PTTL", "leased:{pool}:owner"])[1..]
+        .parse()
+        .unwrap();
+    assert!(owner_ttl_ms > 6 * 24 * 3_600_000, "{owner_ttl_ms} ms");
+
+    let after = grant(&store, &request("pool", "solo", ttl, 1, Duration::ZERO)).await;
+    assert!(second.fencing_token < after.fencing_token);
+}
+
 /// SIGTERM to the real binary: health turns NOT_SERVING, waiters and Renew streams end with
 /// UNAVAILABLE, and the process exits 0 within the drain grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

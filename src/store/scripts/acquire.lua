@@ -68,7 +68,7 @@ if not occupied then
     if mine and mine.exp > now_ms then
       return {1, mine.token, mine.ttl, mine.exp}
     end
-    drop_freed_permits(permits, holders, now_ms)
+    drop_freed_permits(permits, holders, owner_key, now_ms)
     occupied = permits_occupancy(permits, holders, now_ms)
   end
 end
@@ -88,7 +88,9 @@ if free > 0 then
   end
   if ahead < free then
     local last = redis.call('HMGET', owner_key, 't', 'd')
-    local token = next_token(last[1], now_us)
+    -- While a counting lease holds permits, its grants count in its holders hash.
+    local counted = bystanders and redis.call('HGET', holders, 't')
+    local token = next_token(math.max(tonumber(last[1]) or 0, tonumber(counted) or 0), now_us)
     local token_text = string.format('%d', token)
     local expires_at_ms = now_ms + ttl_ms
     local expiry = string.format('%d', expires_at_ms)
@@ -110,14 +112,13 @@ if free > 0 then
       elseif last[2] then
         redis.call('HDEL', owner_key, 'd') -- an earlier grant's, which expired
       end
+      redis.call('PEXPIRE', owner_key, ARGV[4])
     else
-      redis.call('HSET', owner_key, 't', token_text)
       redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
-        'limit', ARGV[9])
+        'limit', ARGV[9], 't', token_text)
       redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
       keep_permits(permits, holders, now_ms)
     end
-    redis.call('PEXPIRE', owner_key, ARGV[4])
     if rank then
       redis.call('ZREM', queue, entry)
       queue_moved(queue, replicas, channel, free - 1)

@@ -17,8 +17,10 @@
 --
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
 -- permits of a counting lease (limit > 1). The owner hash, <prefix>{name}:owner, holds the name's
--- fencing counter, 't' (the last token issued, for either kind; it outlives the leases by days),
--- and while an exclusive lease is held its grant: 'i' the lease id, 'h' the holder, 'l' the TTL
+-- fencing counter, 't' (the last token issued; it outlives the leases by days; while a counting
+-- lease holds permits, its grants count in 't' of the holders hash instead, which goes back to
+-- the owner hash when the last permit ends in a script), and while an exclusive lease is held its
+-- grant: 'i' the lease id, 'h' the holder, 'l' the TTL
 -- (lifetime) in ms, 'e' the expiry (Unix ms) and 'd' the lock-delay in ms (only if any). One
 -- letter each: a held lease is two keys, and the hash's field names are a good part of its bytes.
 -- The grant's fields are the holder's only while the lease key exists and holds the same expiry
@@ -27,7 +29,8 @@
 --   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
 --                           lock-delay)
 --   <prefix>{name}:holders  hash: lease_id -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
---                           and 'limit' -> the limit they were granted with
+--                           'limit' -> the limit they were granted with, and 't' -> the last
+--                           token issued (the name's counter while the lease holds permits)
 -- Both expire when the last permit frees. A permit whose moment passed is free; the writing
 -- scripts drop such records. ARCHITECTURE.md, "Redis key layout".
 
@@ -167,14 +170,24 @@ local function taken_after(now_ms)
   return string.format('(%d', now_ms)
 end
 
--- Drops the records of freed permits; deletes both keys when none is taken.
-local function drop_freed_permits(permits, holders, now_ms)
+-- How long the owner hash keeps a counting lease's fencing counter after its last permit ended
+-- (MIN_FENCE_TTL in redis.rs; an exclusive grant sets its own, at least as long).
+local FENCE_TTL_MS = 7 * 24 * 3600 * 1000
+
+-- Drops the records of freed permits; deletes both keys when none is taken, keeping the counting
+-- lease's fencing counter ('t' of the holders hash) in the owner hash.
+local function drop_freed_permits(permits, holders, owner_key, now_ms)
   local freed = redis.call('ZRANGE', permits, '-inf', string.format('%d', now_ms), 'BYSCORE', 'LIMIT', 0, 1000)
   if #freed > 0 then
     redis.call('ZREM', permits, unpack(freed))
     redis.call('HDEL', holders, unpack(freed))
   end
   if redis.call('ZCARD', permits) == 0 then
+    local counted = redis.call('HGET', holders, 't')
+    if counted then
+      redis.call('HSET', owner_key, 't', counted)
+      redis.call('PEXPIRE', owner_key, FENCE_TTL_MS)
+    end
     redis.call('DEL', permits, holders)
   end
 end
@@ -235,8 +248,9 @@ local function free_for_queue(occupied)
   return math.max(occupied[2] - occupied[1], 0)
 end
 
--- The next fencing token of a name, from the last one in the owner hash; the caller writes it
--- back there (with its grant, for an exclusive lease) and keeps the hash for the fence TTL. Tokens
+-- The next fencing token of a name, from the last one issued (the owner hash's 't', or the
+-- holders hash's while a counting lease holds permits, whichever is larger); the caller writes it
+-- back with its grant. Tokens
 -- strictly increase per name even if Redis lost the hash (restart without persistence, failover
 -- to a lagging replica, FLUSHALL): they never fall below Redis time in microseconds.
 -- ARCHITECTURE.md, "Invariants". Lua numbers are doubles: exact for integers below 2^53, which

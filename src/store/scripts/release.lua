@@ -39,7 +39,7 @@ else
   local limit = tonumber(redis.call('HGET', holders, 'limit')) or 1
   redis.call('ZREM', permits, ARGV[1])
   redis.call('HDEL', holders, ARGV[1])
-  drop_freed_permits(permits, holders, now_ms)
+  drop_freed_permits(permits, holders, owner_key, now_ms)
   free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
   ended = {permit.token, permit.exp, permit.holder}
 end

@@ -54,7 +54,7 @@ else
     end
   end
   if #ended > 0 then
-    drop_freed_permits(permits, holders, now_ms)
+    drop_freed_permits(permits, holders, owner_key, now_ms)
     free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
   end
 end
