@@ -61,9 +61,6 @@ const CONCURRENCY: [usize; 3] = [1, 16, 64];
 const SEMAPHORE_CONCURRENCY: usize = 64;
 const SEMAPHORE_LIMIT: u32 = 8;
 
-/// Callers of the `etcd_lock` row measured in turns with `grpc_cycle` at the same count.
-const ETCD_TURNS_CONCURRENCY: usize = 64;
-
 /// Open Renew streams in `grpc_renew` and `held_scale`.
 const RENEW_STREAMS: usize = 1000;
 
@@ -135,9 +132,9 @@ impl Run {
         format!("{} HTTP/2 connections", self.channels.len())
     }
 
-    /// Rounds of a measurement taken in turns with another one (`semaphore_cycle`, and
-    /// `etcd_lock@64` with `grpc_cycle@64`): a drift of the machine's speed (other processes,
-    /// thermal) then weighs on both alike.
+    /// Rounds of a measurement taken in turns with another one (`semaphore_cycle` with
+    /// `grpc_cycle@64`): a drift of the machine's speed (other processes, thermal) then weighs on
+    /// both alike.
     fn rounds_in_turns(&self) -> u32 {
         if self.args.quick { 2 } else { 5 }
     }
@@ -556,50 +553,12 @@ async fn etcd_lock(run: &Run) -> BenchResult<Vec<Row>> {
             let name = format!("bench/etcd/c{concurrency}/{worker}");
             workers.push(EtcdCycle::new(channel, name).await?);
         }
-        if concurrency != ETCD_TURNS_CONCURRENCY {
-            let (samples, _) = closed_loop(workers, run.budget).await?;
-            rows.push(Row::new(
-                format!("etcd_lock@{concurrency}"),
-                &samples,
-                note.clone(),
-            ));
-            continue;
-        }
-        // In turns with leased's own cycles, leased first and last, for the ratio of the two.
-        let rounds = run.rounds_in_turns();
-        let (mut leased, mut etcd) = (Vec::new(), Vec::new());
-        for round in 0..=rounds {
-            let prefix = format!("bench/etcd-turns/leased-{round}");
-            leased.push(
-                workload::measure_grpc_cycles(
-                    &run.channels,
-                    concurrency,
-                    &prefix,
-                    run.round_budget(round),
-                )
-                .await?,
-            );
-            if round < rounds {
-                let (samples, returned) = closed_loop(workers, run.round_budget(round)).await?;
-                workers = returned;
-                etcd.push(samples);
-            }
-        }
-        let (leased, samples) = (Samples::merge(leased), Samples::merge(etcd));
-        let ratio = leased.ops_per_s() / samples.ops_per_s();
-        rows.push(
-            Row::new(
-                format!("etcd_lock@{concurrency}"),
-                &samples,
-                format!(
-                    "{note}; grpc_cycle@{concurrency} measured in turns with it: {} ops/s, \
-                     {ratio:.2} ×",
-                    thousands(leased.ops_per_s())
-                ),
-            )
-            .with("grpc_cycle_ops_per_s", leased.ops_per_s().round())
-            .with("grpc_cycle_ratio", (ratio * 1000.0).round() / 1000.0),
-        );
+        let (samples, _) = closed_loop(workers, run.budget).await?;
+        rows.push(Row::new(
+            format!("etcd_lock@{concurrency}"),
+            &samples,
+            note.clone(),
+        ));
     }
     let mut contenders = Vec::new();
     for index in 0..2 {
@@ -697,24 +656,12 @@ fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
         "redis_direct_renew@64",
         0.5,
     );
-    // Against leased's cycles measured in turns with etcd's, not the `grpc_cycle@64` row.
-    let etcd = find(rows, "etcd_lock@64").and_then(|row| {
-        let leased = row.extra.get("grpc_cycle_ops_per_s")?.as_f64()?;
-        Some((leased, row.ops_per_s))
-    });
-    let ratio = etcd.map(|(leased, etcd)| leased / etcd);
-    targets.push(Target {
-        name: "grpc_cycle@64 ≥ 2 × etcd_lock@64",
-        measured: ratio,
-        text: match etcd {
-            Some((leased, etcd)) => format!(
-                "{:.2} ({leased:.0} / {etcd:.0} ops/s, measured in turns)",
-                leased / etcd
-            ),
-            None => "not measured".to_owned(),
-        },
-        met: ratio.map(|ratio| ratio >= 2.0),
-    });
+    ratio_target(
+        "grpc_cycle@64 ≥ 2 × etcd_lock@64",
+        "grpc_cycle@64",
+        "etcd_lock@64",
+        2.0,
+    );
     // The server's CPU per acquire + release, as the row's CPU column reports it.
     for (name, row, budget_us) in [
         (
