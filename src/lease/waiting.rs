@@ -476,6 +476,38 @@ mod tests {
         }
     }
 
+    /// A try-once call answers in its own task: granted when free, not granted (with the
+    /// holder) when busy, FAILED_PRECONDITION for another limit; a grant whose delivery is
+    /// dropped is released, so the name is free again at once.
+    #[tokio::test(start_paused = true)]
+    async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
+        let store = MemoryStore::new(16);
+        let (_, token) = hold(&store, 10_000).await;
+        match try_once(&store, &request(10_000, 0)).await.unwrap() {
+            AcquireEvent::NotGranted(occupancy) => {
+                assert_eq!(occupancy.holder.map(|h| h.fencing_token), Some(token));
+            }
+            other => panic!("expected NotGranted, got {other:?}"),
+        }
+        let mut counting = request(10_000, 0);
+        counting.limit = 3;
+        let refused = try_once(&store, &counting).await.unwrap_err();
+        assert!(
+            matches!(refused, Error::FailedPrecondition(_)),
+            "{refused:?}"
+        );
+
+        let free = MemoryStore::new(16);
+        let AcquireEvent::Granted(delivery) = try_once(&free, &request(10_000, 0)).await.unwrap()
+        else {
+            panic!("expected a grant");
+        };
+        drop(delivery);
+        tokio::task::yield_now().await; // the background release
+        let described = free.describe(&name()).await.unwrap();
+        assert!(described.holders.is_empty(), "{described:?}");
+    }
+
     /// A waiter is told `Waiting` (first in line) first, then granted the moment the holder
     /// releases: not at the holder's expiry.
     #[tokio::test(start_paused = true)]

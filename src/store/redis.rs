@@ -208,11 +208,6 @@ impl LeaseKeys {
         }
     }
 
-    /// The key that holds the lease's expiry: `<prefix>{name}`.
-    pub fn lease(&self) -> &str {
-        &self.lease
-    }
-
     /// The KEYS of leave.lua and status.lua, and the first ones of release.lua and revoke.lua, in
     /// the order their headers list.
     fn for_queue_scripts(self) -> Vec<String> {

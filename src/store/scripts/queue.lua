@@ -25,7 +25,8 @@
 -- letter each: a held lease is two keys, and the hash's field names are a good part of its bytes.
 -- The grant's fields are the holder's only while the lease key exists and holds the same expiry
 -- as 'e': a lease that expired leaves them behind, and a key that something else wrote (a
--- classic SETNX lock) never matches them.
+-- classic SETNX lock) never matches them. Nothing else is granted on the name while they are,
+-- so 't' is then the holder's token.
 --   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
 --                           lock-delay)
 --   <prefix>{name}:holders  hash: lease_id -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
