@@ -20,9 +20,9 @@
 -- fencing counter, 't' (the last token issued; it outlives the leases by days; while a counting
 -- lease holds permits, its grants count in 't' of the holders hash instead, which goes back to
 -- the owner hash when the last permit ends in a script), and while an exclusive lease is held its
--- grant: 'i' the lease id, 'h' the holder, 'l' the TTL
--- (lifetime) in ms, 'e' the expiry (Unix ms) and 'd' the lock-delay in ms (only if any). One
--- letter each: a held lease is two keys, and the hash's field names are a good part of its bytes.
+-- grant: 'i' the lease id, 'h' the holder, 'l' the TTL (lifetime) in ms, 'e' the expiry (Unix
+-- ms) and 'd' the lock-delay in ms (only if any). One letter each: a held lease is two keys, and
+-- the hash's field names were a good part of its bytes.
 -- The grant's fields are the holder's only while the lease key exists and holds the same expiry
 -- as 'e': a lease that expired leaves them behind, and a key that something else wrote (a
 -- classic SETNX lock) never matches them. Nothing else is granted on the name while they are,
@@ -251,11 +251,10 @@ end
 
 -- The next fencing token of a name, from the last one issued (the owner hash's 't', or the
 -- holders hash's while a counting lease holds permits, whichever is larger); the caller writes it
--- back with its grant. Tokens
--- strictly increase per name even if Redis lost the hash (restart without persistence, failover
--- to a lagging replica, FLUSHALL): they never fall below Redis time in microseconds.
--- ARCHITECTURE.md, "Invariants". Lua numbers are doubles: exact for integers below 2^53, which
--- microsecond timestamps stay under for a quarter of a million years.
+-- back with its grant. Tokens strictly increase per name even if Redis lost the hash (restart
+-- without persistence, failover to a lagging replica, FLUSHALL): they never fall below Redis time
+-- in microseconds. ARCHITECTURE.md, "Invariants". Lua numbers are doubles, exact for integers
+-- below 2^53: microsecond timestamps stay under it until the year 2255.
 local function next_token(last, now_us)
   return math.max((tonumber(last) or 0) + 1, now_us)
 end
