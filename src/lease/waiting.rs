@@ -165,21 +165,20 @@ impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
 
 impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
     fn drop(&mut self) {
-        let (store, name, lease_id) =
-            (self.store.clone(), self.name.clone(), self.lease_id.clone());
-        tracing::debug!(%name, "caller left during its acquire attempt; releasing");
-        tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+        tracing::debug!(name = %self.name, "caller left during its acquire attempt; releasing");
+        release_in_background(self.store, self.name, self.lease_id);
     }
 }
 
 /// A grant ready for its caller, released if it never reaches them.
 fn delivery<S: LeaseStore>(store: &Arc<S>, name: &LeaseName, grant: Grant) -> GrantDelivery {
-    let (store, name, lease_id) = (store.clone(), name.clone(), grant.lease_id.clone());
+    let (store, name) = (store.clone(), name.clone());
+    let lease_id = grant.lease_id.clone();
     GrantDelivery {
         grant,
         release: Some(Box::new(move || {
             tracing::debug!(%name, "caller left before the grant reached it; releasing");
-            tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+            release_in_background(&store, &name, &lease_id);
         })),
     }
 }
@@ -194,9 +193,14 @@ fn undo_if_unknown<S: LeaseStore>(
     error: &Error,
 ) {
     if matches!(error, Error::Unavailable(_)) {
-        let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
-        tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+        release_in_background(store, name, lease_id);
     }
+}
+
+/// Releases `lease_id`'s grant of `name` in a task of its own, quietly (see [`release_quietly`]).
+fn release_in_background<S: LeaseStore>(store: &Arc<S>, name: &LeaseName, lease_id: &LeaseId) {
+    let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
+    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
 }
 
 /// The error for an attempt the store refused outright: the queue is full, or the limit differs
