@@ -60,10 +60,13 @@ end
 -- Whether any of the keys that a plain grant finds missing exists: a counting lease's holders, a
 -- queue, watchers. One call answers the common case, none; the grant path always sets it here.
 local bystanders = true
+-- Whether a counting lease's holders hash existed: its permits, and its share of the counter.
+local counting = false
 if not occupied then
   occupied = nobody()
   bystanders = redis.call('EXISTS', holders, queue, watchers) > 0
-  if bystanders and redis.call('EXISTS', holders) == 1 then
+  counting = bystanders and redis.call('EXISTS', holders) == 1
+  if counting then
     local mine = parse_permit(redis.call('HGET', holders, lease_id))
     if mine and mine.exp > now_ms then
       return {1, mine.token, mine.ttl, mine.exp}
@@ -89,7 +92,7 @@ if free > 0 then
   if ahead < free then
     local last = redis.call('HMGET', owner_key, 't', 'd')
     -- While a counting lease holds permits, its grants count in its holders hash.
-    local counted = bystanders and redis.call('HGET', holders, 't')
+    local counted = counting and redis.call('HGET', holders, 't')
     local token = next_token(math.max(tonumber(last[1]) or 0, tonumber(counted) or 0), now_us)
     local token_text = string.format('%d', token)
     local expires_at_ms = now_ms + ttl_ms
