@@ -62,29 +62,32 @@ fn key_building(bencher: Bencher) {
     bencher.bench(|| LeaseKeys::new(black_box("leased:"), black_box(&name)));
 }
 
+/// Times `parse_acquire_reply` on a fresh copy of the reply that `reply` builds.
+fn reply_parsing(bencher: Bencher, reply: fn() -> Value) {
+    let (name, lease_id) = (name(), LeaseId::generate());
+    bencher
+        .with_inputs(reply)
+        .bench_values(|reply| parse_acquire_reply(&name, &lease_id, 1024, reply).expect("parsed"));
+}
+
 /// `{1, token, ttl_ms, expires_at_ms}`: a grant.
 #[divan::bench]
 fn granted_reply_parsing(bencher: Bencher) {
-    let (name, lease_id) = (name(), LeaseId::generate());
-    let reply = || {
+    reply_parsing(bencher, || {
         Value::Array(vec![
             Value::Integer(1),
             Value::Integer(1_764_000_000_000_000),
             Value::Integer(10_000),
             Value::Integer(1_764_000_010_000),
         ])
-    };
-    bencher
-        .with_inputs(reply)
-        .bench_values(|reply| parse_acquire_reply(&name, &lease_id, 1024, reply).expect("parsed"));
+    });
 }
 
 /// `{0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
 /// lock_delay_ms}`: busy, with who holds it.
 #[divan::bench]
 fn busy_reply_parsing(bencher: Bencher) {
-    let (name, lease_id) = (name(), LeaseId::generate());
-    let reply = || {
+    reply_parsing(bencher, || {
         Value::Array(vec![
             Value::Integer(0),
             Value::Integer(0),
@@ -97,8 +100,5 @@ fn busy_reply_parsing(bencher: Bencher) {
             Value::Integer(1_764_000_010_000),
             Value::Integer(0),
         ])
-    };
-    bencher
-        .with_inputs(reply)
-        .bench_values(|reply| parse_acquire_reply(&name, &lease_id, 1024, reply).expect("parsed"));
+    });
 }

@@ -273,8 +273,7 @@ async fn expired_timestamp_key_without_ttl_is_taken_over() {
     let stale = (now_ms - 10_000).to_string();
     assert_eq!(redis.command(&["SET", "leased:{legacy}", &stale]), "+OK");
     let granted = must_acquire(&mut client, "legacy", 5_000).await;
-    let pttl = redis.command(&["PTTL", "leased:{legacy}"]);
-    let pttl: i64 = pttl.trim_start_matches(':').parse().unwrap();
+    let pttl = pttl_ms(&redis, "leased:{legacy}");
     assert!(
         (1..=5_000).contains(&pttl),
         "the taken-over key has the new TTL: {pttl}"
@@ -309,9 +308,7 @@ async fn the_owner_hash_keeps_the_counter_and_only_a_live_grants_fields() {
     let mut keys: Vec<&str> = keys.lines().collect();
     keys.sort();
     assert_eq!(keys, ["leased:{layout}", "leased:{layout}:owner"]);
-    let owner_ttl_ms: i64 = redis.command(&["PTTL", "leased:{layout}:owner"])[1..]
-        .parse()
-        .unwrap();
+    let owner_ttl_ms = pttl_ms(&redis, "leased:{layout}:owner");
     assert!(owner_ttl_ms > 6 * 24 * 3_600_000, "{owner_ttl_ms} ms");
 
     assert!(
@@ -394,9 +391,7 @@ async fn a_counting_lease_hands_its_counter_to_the_owner_hash() {
     assert_eq!(redis.command(&["EXISTS", "leased:{pool}:holders"]), ":0");
     let kept = redis.command(&["HGET", "leased:{pool}:owner", "t"]);
     assert_eq!(kept, second.fencing_token.to_string());
-    let owner_ttl_ms: i64 = redis.command(&["PTTL", "leased:{pool}:owner"])[1..]
-        .parse()
-        .unwrap();
+    let owner_ttl_ms = pttl_ms(&redis, "leased:{pool}:owner");
     assert!(owner_ttl_ms > 6 * 24 * 3_600_000, "{owner_ttl_ms} ms");
 
     let after = grant(&store, &request("pool", "solo", ttl, 1, Duration::ZERO)).await;
@@ -492,6 +487,15 @@ async fn store_on(url: &str, key_prefix: &str) -> Arc<RedisStore> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Arc::new(store)
+}
+
+/// The `PTTL` of `key`, in ms.
+fn pttl_ms(redis: &RedisServer, key: &str) -> i64 {
+    let reply = redis.command(&["PTTL", key]);
+    reply
+        .trim_start_matches(':')
+        .parse()
+        .unwrap_or_else(|_| panic!("PTTL {key} answered {reply}"))
 }
 
 fn name(text: &str) -> LeaseName {
@@ -593,11 +597,7 @@ async fn changes_are_published_only_while_a_replica_watches() {
         "a first registration was not in place before"
     );
     assert!(store.keep_watching(&watched, true).await.unwrap());
-    let pttl: i64 = redis
-        .command(&["PTTL", "leased:{watched/job}:watchers"])
-        .trim_start_matches(':')
-        .parse()
-        .unwrap();
+    let pttl = pttl_ms(&redis, "leased:{watched/job}:watchers");
     assert!(
         (3_000..=4_000).contains(&pttl),
         "the registration lapses by itself: {pttl}"
@@ -719,11 +719,7 @@ async fn a_revoked_holder_learns_the_reason_for_the_grants_ttl() {
             holder: "worker 7".into()
         }]
     );
-    let pttl: i64 = redis
-        .command(&["PTTL", "leased:{revoked/job}:revoked"])
-        .trim_start_matches(':')
-        .parse()
-        .unwrap();
+    let pttl = pttl_ms(&redis, "leased:{revoked/job}:revoked");
     assert!(
         (1..=1_500).contains(&pttl),
         "the reason is kept for the grant's TTL: {pttl}"
