@@ -55,6 +55,9 @@ pub struct Metrics {
     pub expiries_seen: Counter,
     /// Callers waiting in Acquire now.
     pub waiters: Gauge,
+    /// Queue entries of this replica found in Redis without a caller here (an attempt that ran
+    /// after the server gave up on it), and removed.
+    pub callerless_entries_removed: Counter,
     /// Open Acquire and Renew streams, by RPC.
     pub open_streams: Family<KindLabels, Gauge>,
     /// Redis script latency in seconds, by operation.
@@ -95,6 +98,7 @@ impl Metrics {
             losses: Family::default(),
             expiries_seen: Counter::default(),
             waiters: Gauge::default(),
+            callerless_entries_removed: Counter::default(),
             open_streams: Family::default(),
             store_duration: Family::new_with_constructor(latency_histogram),
             store_errors: Family::default(),
@@ -133,6 +137,11 @@ impl Metrics {
             m.expiries_seen.clone(),
         );
         registry.register("waiters", "Callers waiting in Acquire", m.waiters.clone());
+        registry.register(
+            "callerless_entries_removed",
+            "Queue entries found without a caller here, removed",
+            m.callerless_entries_removed.clone(),
+        );
         registry.register(
             "open_streams",
             "Open Acquire and Renew streams",

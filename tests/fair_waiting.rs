@@ -595,3 +595,210 @@ async fn an_empty_queue_leaves_no_key() {
     assert!(release(&mut client_a, &granted).await);
     wait_for_no_queue_keys(redis.port).await;
 }
+
+/// The load of [`stalls_past_the_timeout_leave_no_callerless_entry`]: what each client does.
+mod stall_load {
+    use super::*;
+    use leased::proto::AcquireRequest;
+
+    pub const NAMES: [&str; 3] = ["stall/a", "stall/b", "stall/c"];
+
+    /// What the clients saw, for the checks after the load.
+    #[derive(Default)]
+    pub struct Record {
+        /// Every grant received: the name's index and when.
+        pub grants: Vec<(usize, Instant)>,
+        /// Try-once answers "free, but someone ahead in the queue gets it" (holder "", token 0).
+        pub free_but_queued: usize,
+        pub failed: usize,
+        pub given_up: usize,
+    }
+
+    /// A number below `bound`, from the OS.
+    pub fn below(bound: u64) -> u64 {
+        getrandom::u64().expect("the OS random number generator is unavailable") % bound
+    }
+
+    /// One client until `stop`: a random name; a try-once Acquire (40 %) or a wait of 50-300 ms,
+    /// 15 % of waits given up early by the client (the stream dropped, as a client deadline
+    /// does); a grant is held 0-40 ms and released.
+    pub async fn client(endpoint: String, index: usize, stop: Instant, record: Arc<Mutex<Record>>) {
+        let mut client = Client::connect(endpoint).await.expect("connect");
+        while Instant::now() < stop {
+            let name = below(NAMES.len() as u64) as usize;
+            let wait_ms = match below(100) < 40 {
+                true => 0,
+                false => 50 + below(251) as i64,
+            };
+            let give_up = (wait_ms > 0 && below(100) < 15)
+                .then(|| Duration::from_millis(10 + below(wait_ms as u64 - 10)));
+            let request = AcquireRequest {
+                name: NAMES[name].into(),
+                holder: format!("client-{index}"),
+                ttl_ms: 1_000,
+                wait_ms,
+                ..Default::default()
+            };
+            // Generous for a call made during a stall: the server answers within its timeout.
+            let patience = give_up.unwrap_or(Duration::from_millis(wait_ms as u64 + 5_000));
+            let call = async {
+                let messages = acquire_request_all(&mut client.clone(), request).await?;
+                Ok::<_, tonic::Status>(messages.into_iter().last())
+            };
+            match tokio::time::timeout(patience, call).await {
+                Err(_) => {
+                    record.lock().unwrap().given_up += 1;
+                    continue;
+                }
+                Ok(Err(_)) => {
+                    record.lock().unwrap().failed += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(Ok(Some(acquire_response::Result::Granted(granted)))) => {
+                    record.lock().unwrap().grants.push((name, Instant::now()));
+                    tokio::time::sleep(Duration::from_millis(below(41))).await;
+                    let _ = client
+                        .release(leased::proto::ReleaseRequest {
+                            name: granted.name.clone(),
+                            lease_id: granted.lease_id.clone(),
+                        })
+                        .await;
+                }
+                Ok(Ok(Some(acquire_response::Result::NotGranted(not_granted)))) => {
+                    if not_granted.holder.is_empty() && not_granted.fencing_token == 0 {
+                        record.lock().unwrap().free_but_queued += 1;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5 + below(16))).await;
+                }
+                Ok(Ok(other)) => panic!("an Acquire stream ended with {other:?}"),
+            }
+        }
+    }
+
+    /// The longest time a name went without a grant while the load ran, not counting the stalls:
+    /// a gap between grants (or the load's start and end) counts from the end of the last stall
+    /// inside it.
+    pub fn longest_gap_past_stalls(
+        grants: &[Instant],
+        load: (Instant, Instant),
+        stalls: &[(Instant, Instant)],
+    ) -> Duration {
+        let mut moments = vec![load.0];
+        moments.extend(grants.iter().copied());
+        moments.push(load.1);
+        moments.sort();
+        moments
+            .windows(2)
+            .map(|pair| {
+                let (before, after) = (pair[0], pair[1]);
+                let counted_from = stalls
+                    .iter()
+                    .filter(|(paused, resumed)| *paused < after && *resumed > before)
+                    .map(|(_, resumed)| *resumed)
+                    .fold(before, Instant::max);
+                after.saturating_duration_since(counted_from)
+            })
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// Issue "the ghost in the queue": Redis stalls (SIGSTOP) for longer than `--redis-timeout` (2 s)
+/// while 8 clients on 3 replicas (real processes) try and wait on 3 names. An attempt the server
+/// gave up on can still run in Redis after the stall and queue an entry that no caller owns; the
+/// replica must take it out again. Two stalls of 2.2-3 s in a 20 s load: no name goes more than
+/// 3 s past a stall without a grant, and 3 s after the load stops every name is free with 0
+/// waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalls_past_the_timeout_leave_no_callerless_entry() {
+    use stall_load::*;
+    const LOAD: Duration = Duration::from_secs(20);
+    const CLIENTS: usize = 8;
+    const PROMISE: Duration = Duration::from_secs(3);
+
+    let redis = RedisServer::start();
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        let replica = LeasedProcess::serve()
+            .redis(&redis.url())
+            .redis_timeout("2s")
+            .start()
+            .await;
+        replicas.push(replica);
+    }
+    let record = Arc::new(Mutex::new(Record::default()));
+    let start = Instant::now();
+    let stop = start + LOAD;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|index| {
+            let endpoint = replicas[index % replicas.len()].endpoint();
+            tokio::spawn(client(endpoint, index, stop, record.clone()))
+        })
+        .collect();
+
+    let mut stalls = Vec::new();
+    for stall_at in [Duration::from_secs(3), Duration::from_secs(11)] {
+        tokio::time::sleep_until((start + stall_at).into()).await;
+        let length = Duration::from_millis(2_200 + below(801));
+        redis.pause();
+        let paused = Instant::now();
+        tokio::time::sleep(length).await;
+        redis.resume();
+        stalls.push((paused, Instant::now()));
+    }
+    for client in clients {
+        client.await.expect("a client panicked");
+    }
+    let load_end = Instant::now();
+
+    // After the load: every name free with nobody waiting, within the promise.
+    let mut describer = replicas[0].client().await;
+    let mut settled = Vec::new();
+    for name in NAMES {
+        loop {
+            let described = describe(&mut describer, name).await;
+            if !described.held && described.waiters == 0 {
+                settled.push(load_end.elapsed());
+                break;
+            }
+            assert!(
+                load_end.elapsed() < PROMISE,
+                "{name}: {described:?} {PROMISE:?} after the load stopped; its queue: {:?}",
+                redis.query(&["ZRANGE", &format!("leased:{{{name}}}:queue"), "0", "-1"])
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let record = record.lock().unwrap();
+    let gaps: Vec<Duration> = (0..NAMES.len())
+        .map(|name| {
+            let grants: Vec<Instant> = record
+                .grants
+                .iter()
+                .filter(|(of, _)| *of == name)
+                .map(|(_, at)| *at)
+                .collect();
+            longest_gap_past_stalls(&grants, (start, load_end), &stalls)
+        })
+        .collect();
+    println!(
+        "stalls {:?}; {} grants, {} failed calls, {} given up, {} answered 'free but queued'; \
+         longest time past a stall without a grant per name {gaps:?}; free with 0 waiters \
+         {settled:?} after the load",
+        stalls
+            .iter()
+            .map(|(paused, resumed)| *resumed - *paused)
+            .collect::<Vec<_>>(),
+        record.grants.len(),
+        record.failed,
+        record.given_up,
+        record.free_but_queued,
+    );
+    for (name, gap) in NAMES.iter().zip(&gaps) {
+        assert!(
+            *gap <= PROMISE,
+            "{name} went {gap:?} without a grant past a stall while Acquires kept coming"
+        );
+    }
+}

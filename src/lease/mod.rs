@@ -362,6 +362,9 @@ pub trait LeaseStore: Send + Sync + 'static {
         entries: &[String],
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// This replica's entries in the queue of `name`, whether or not a caller here owns them.
+    fn queued_here(&self, name: &LeaseName) -> impl Future<Output = Result<Vec<String>>> + Send;
+
     /// Keeps this replica's `entries` of `name` alive in the queue (a replica that stops doing so
     /// is taken for dead and its entries are dropped) and reads where they stand.
     fn queue_status(

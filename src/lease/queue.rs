@@ -7,6 +7,13 @@
 //! [`Placement`]. Each name with waiters here has one tending task (in
 //! [`waiting`](super::waiting)) that keeps the entries alive, reads the placements after every
 //! change, and removes the entries of callers that left.
+//!
+//! No entry of this replica stays in a queue without a caller here: an attempt whose outcome is
+//! unknown (Redis did not answer in time, yet may still run it and queue the entry) and a
+//! reconnect mark the name for reconciling, and a wake-up for an entry that no caller here holds
+//! takes that entry out. An entry's caller is registered before any attempt of it reaches the
+//! store and entry ids are never reused, so an entry of this replica that is in the store but not
+//! registered here has lost its caller for good.
 
 use std::{
     collections::HashMap,
@@ -30,6 +37,12 @@ pub struct Placement {
     pub occupancy: Occupancy,
 }
 
+/// How many times a name's entries are reconciled with its callers after an attempt without an
+/// answer, a tending interval apart. The first read that succeeds shows that Redis answers again;
+/// the second comes after whatever Redis still had to run from before (the late attempt may sit
+/// behind other commands on another connection).
+const RECONCILE_ROUNDS: u8 = 2;
+
 /// The callers of this replica waiting in the store's queues, by lease name.
 #[derive(Debug)]
 pub struct Waiters {
@@ -47,6 +60,9 @@ struct NameWaiters {
     leaving: Vec<String>,
     /// The placements changed in the store: the tending task reads them again.
     moved: bool,
+    /// The store may hold entries of this replica that no caller here owns: the tending task
+    /// reads this replica's entries in the queue and removes those, this many times more.
+    reconcile_rounds: u8,
     tend: Arc<Notify>,
 }
 
@@ -61,6 +77,7 @@ pub(super) struct Chores {
     pub entries: Vec<String>,
     pub leaving: Vec<String>,
     pub moved: bool,
+    pub reconcile: bool,
 }
 
 impl Waiters {
@@ -119,14 +136,67 @@ impl Waiters {
         (ticket, new_name)
     }
 
-    /// Wakes the caller holding `entry`, if it waits here: it is first in line and the lease is free.
+    /// Wakes the caller holding `entry`, if it waits here: it is first in line and the lease is
+    /// free. An entry of this replica that no caller here holds (its attempt ran in the store
+    /// after the caller had gone) would hold up the queue: it is taken out.
     pub fn wake(&self, name: &str, entry: &str) {
-        if let Some(signals) = self
-            .by_name()
-            .get(name)
-            .and_then(|waiters| waiters.by_entry.get(entry))
-        {
-            signals.wake.notify_one();
+        let mut by_name = self.by_name();
+        let Some(waiters) = by_name.get_mut(name) else {
+            return;
+        };
+        match waiters.by_entry.get(entry) {
+            Some(signals) => signals.wake.notify_one(),
+            None if self.is_mine(entry) => {
+                if !waiters.leaving.iter().any(|leaving| leaving == entry) {
+                    tracing::debug!(name, entry, "woken entry has no caller here; removing it");
+                    waiters.leaving.push(entry.to_owned());
+                }
+                waiters.tend.notify_one();
+            }
+            None => {}
+        }
+    }
+
+    /// Whether `entry` is one of this replica's queue entries.
+    fn is_mine(&self, entry: &str) -> bool {
+        entry
+            .strip_prefix(self.replica.as_str())
+            .is_some_and(|rest| rest.starts_with(':'))
+    }
+
+    /// An attempt of a caller waiting on `name` ended without an answer: the store may still run
+    /// it and queue an entry that nobody here will take. The tending task reconciles the name's
+    /// entries in the store with the callers here.
+    pub fn reconcile(&self, name: &str) {
+        if let Some(waiters) = self.by_name().get_mut(name) {
+            waiters.reconcile_rounds = RECONCILE_ROUNDS;
+        }
+    }
+
+    /// After a reconnect: attempts in flight may have been run late or not at all; every name
+    /// reconciles its entries.
+    pub fn reconcile_everywhere(&self) {
+        for waiters in self.by_name().values_mut() {
+            waiters.reconcile_rounds = RECONCILE_ROUNDS;
+        }
+    }
+
+    /// Of `queued`, this replica's entries in the store's queue of `name`, those that no caller
+    /// here holds: they must go.
+    pub(super) fn without_caller(&self, name: &str, queued: Vec<String>) -> Vec<String> {
+        let by_name = self.by_name();
+        let live = by_name.get(name).map(|waiters| &waiters.by_entry);
+        queued
+            .into_iter()
+            .filter(|entry| self.is_mine(entry))
+            .filter(|entry| live.is_none_or(|live| !live.contains_key(entry)))
+            .collect()
+    }
+
+    /// One round of reconciling `name` succeeded.
+    pub(super) fn reconciled(&self, name: &str) {
+        if let Some(waiters) = self.by_name().get_mut(name) {
+            waiters.reconcile_rounds = waiters.reconcile_rounds.saturating_sub(1);
         }
     }
 
@@ -157,7 +227,10 @@ impl Waiters {
     pub(super) fn chores(&self, name: &str, forget_if_idle: bool) -> Option<Chores> {
         let mut by_name = self.by_name();
         let waiters = by_name.get_mut(name)?;
-        if forget_if_idle && waiters.by_entry.is_empty() && waiters.leaving.is_empty() {
+        let idle = waiters.by_entry.is_empty()
+            && waiters.leaving.is_empty()
+            && waiters.reconcile_rounds == 0;
+        if forget_if_idle && idle {
             by_name.remove(name);
             return None;
         }
@@ -165,6 +238,7 @@ impl Waiters {
             entries: waiters.by_entry.keys().cloned().collect(),
             leaving: std::mem::take(&mut waiters.leaving),
             moved: std::mem::take(&mut waiters.moved),
+            reconcile: waiters.reconcile_rounds > 0,
         })
     }
 

@@ -244,7 +244,17 @@ async fn wait_for_grant<S: LeaseStore>(
     let mut reported: Option<Shown> = None;
     loop {
         let entry = ticket.as_ref().map(Ticket::entry);
-        let outcome = store.try_acquire(request, lease_id, entry).await?;
+        let outcome = match store.try_acquire(request, lease_id, entry).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                // The store may still run this attempt after the caller has its error (a stall
+                // past the timeout) and queue an entry that nobody here will take.
+                if entry.is_some() && matches!(error, Error::Unavailable(_)) {
+                    store.waiters().reconcile(request.name.as_str());
+                }
+                return Err(error);
+            }
+        };
         let mut placement = match outcome {
             AcquireOutcome::Granted(grant) => {
                 if let Some(ticket) = ticket.take() {
@@ -334,9 +344,9 @@ fn join<S: LeaseStore>(store: &Arc<S>, name: &LeaseName) -> Ticket {
 }
 
 /// Looks after this replica's waiters of one name while there are any (and [`LINGER`] after):
-/// listens for the name's wake-ups, removes the entries of callers that left, and every
-/// [`TEND_INTERVAL`] (and at once when the queue moved) keeps the entries alive and hands each
-/// waiter its new placement.
+/// listens for the name's wake-ups, removes the entries of callers that left (and, when asked to
+/// reconcile, those of this replica that no caller here owns), and every [`TEND_INTERVAL`] (and
+/// at once when the queue moved) keeps the entries alive and hands each waiter its new placement.
 async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Notify>) {
     store.listen(&name);
     let mut ticks = tokio::time::interval(TEND_INTERVAL);
@@ -352,7 +362,8 @@ async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Not
         let Some(chores) = store.waiters().chores(name.as_str(), forget_if_idle) else {
             break;
         };
-        idle_since = match chores.entries.is_empty() && chores.leaving.is_empty() {
+        let idle = chores.entries.is_empty() && chores.leaving.is_empty() && !chores.reconcile;
+        idle_since = match idle {
             true => idle_since.or(Some(Instant::now())),
             false => None,
         };
@@ -360,6 +371,14 @@ async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Not
             if let Err(error) = store.leave(&name, batch).await {
                 tracing::debug!(%name, %error, "could not take waiters that left out of the queue; retrying");
                 store.waiters().retry_leaving(name.as_str(), batch.to_vec());
+            }
+        }
+        if tick && chores.reconcile {
+            match reconcile(&*store, &name).await {
+                Ok(()) => store.waiters().reconciled(name.as_str()),
+                Err(error) => {
+                    tracing::debug!(%name, %error, "could not reconcile the queue with the waiters here; retrying");
+                }
             }
         }
         if (tick || chores.moved) && !chores.entries.is_empty() {
@@ -370,6 +389,24 @@ async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Not
         }
     }
     store.unlisten(&name);
+}
+
+/// Takes out of the queue of `name` the entries of this replica that no caller here owns: those
+/// of attempts that ran in the store after their callers had gone (their outcome unknown).
+async fn reconcile<S: LeaseStore>(store: &S, name: &LeaseName) -> Result<()> {
+    let queued = store.queued_here(name).await?;
+    let callerless = store.waiters().without_caller(name.as_str(), queued);
+    if callerless.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(%name, entries = callerless.len(), "removing queue entries whose callers are gone");
+    metrics()
+        .callerless_entries_removed
+        .inc_by(callerless.len() as u64);
+    for batch in callerless.chunks(LEAVE_BATCH) {
+        store.leave(name, batch).await?;
+    }
+    Ok(())
 }
 
 /// Hands each waiter its placement, and wakes the first in line if the lease is free (with a
@@ -731,6 +768,79 @@ mod tests {
             start,
             "handed on at once, not after the TTL"
         );
+    }
+
+    /// Queues an entry of this replica that no caller owns, as an attempt does that runs in the
+    /// store after the server gave up on it (a stall past the timeout).
+    async fn queue_callerless_entry(store: &MemoryStore) -> String {
+        let entry = format!("{}:999999", store.waiters().replica());
+        let outcome = store
+            .try_acquire(&request(1_000, 60_000), &LeaseId::generate(), Some(&entry))
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Busy { .. }),
+            "{outcome:?}"
+        );
+        entry
+    }
+
+    /// A callerless entry at the head of the queue is woken when the lease frees; nobody here
+    /// holds it, so it is taken out, and the caller behind it is granted in the same instant.
+    #[tokio::test(start_paused = true)]
+    async fn a_woken_entry_without_a_caller_is_taken_out() {
+        let store = MemoryStore::new(16);
+        let (holder_id, _) = hold(&store, 60_000).await;
+        let mut keeper = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        assert_eq!(next_waiting(&mut keeper).await.0, 1);
+        let ghost = queue_callerless_entry(&store).await;
+        let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        assert_eq!(next_waiting(&mut waiter).await.0, 3);
+        // The keeper leaves: the ghost is now first in line, then the waiter.
+        drop(keeper);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(store.queued_here(&name()).await.unwrap().len(), 2);
+
+        let released_at = Instant::now();
+        assert!(store.release(&name(), &holder_id).await.unwrap());
+        loop {
+            match waiter.recv().await.unwrap().unwrap() {
+                AcquireEvent::Waiting(_) => continue,
+                AcquireEvent::Granted(delivery) => break drop(delivery.deliver()),
+                other => panic!("expected Granted, got {other:?}"),
+            }
+        }
+        assert_eq!(Instant::now(), released_at, "the ghost held up the queue");
+        assert!(!store.queued_here(&name()).await.unwrap().contains(&ghost));
+    }
+
+    /// After an attempt without an answer, the name's entries are reconciled with the callers
+    /// here (twice, a tending interval apart): a callerless entry goes, a live one stays.
+    #[tokio::test(start_paused = true)]
+    async fn reconciling_removes_only_entries_without_a_caller() {
+        let store = MemoryStore::new(16);
+        hold(&store, 60_000).await;
+        let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        assert_eq!(next_waiting(&mut waiter).await.0, 1);
+        let ghost = queue_callerless_entry(&store).await;
+        // Not woken and not reconciled: it stays. (Halfway between two tendings from here on.)
+        tokio::time::sleep(TEND_INTERVAL * 3 + TEND_INTERVAL / 2).await;
+        assert_eq!(store.queued_here(&name()).await.unwrap().len(), 2);
+
+        store.waiters().reconcile(NAME);
+        tokio::time::sleep(TEND_INTERVAL).await;
+        let queued = store.queued_here(&name()).await.unwrap();
+        assert_eq!(queued.len(), 1, "{queued:?}");
+        assert!(!queued.contains(&ghost));
+        // The second round finds nothing more to take out; the waiter still waits, first.
+        let ghost = queue_callerless_entry(&store).await;
+        tokio::time::sleep(TEND_INTERVAL).await;
+        assert!(!store.queued_here(&name()).await.unwrap().contains(&ghost));
+        assert!(matches!(
+            waiter.try_recv(),
+            Err(mpsc::error::TryRecvError::Empty)
+        ));
+        assert_eq!(store.waiters().count(), 1);
     }
 
     /// The queue is bounded: past `max_waiters_per_name`, a waiter is refused with

@@ -1219,6 +1219,10 @@ mod tests {
             self.store.leave(name, entries).await
         }
 
+        async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+            self.store.queued_here(name).await
+        }
+
         async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
             self.store.queue_status(name, entries).await
         }

@@ -529,6 +529,13 @@ impl LeaseStore for MemoryStore {
         Ok(())
     }
 
+    /// One process, one replica: every entry of the queue is this replica's.
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+        let state = self.state();
+        let queue = state.queues.get(name.as_str());
+        Ok(queue.map_or_else(Vec::new, |queue| queue.iter().cloned().collect()))
+    }
+
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
         let now = Instant::now();
         let state = self.state();

@@ -115,14 +115,15 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
 }
 
-/// The Lua scripts, one per atomic operation. Each starts with `queue.lua`, which holds their
-/// shared functions (the queue, the holders, tokens).
+/// The Lua scripts, one per atomic operation. Each but `queued.lua` starts with `queue.lua`,
+/// which holds their shared functions (the queue, the holders, tokens).
 struct Scripts {
     acquire: Script,
     renew: Script,
     release: Script,
     describe: Script,
     leave: Script,
+    queued: Script,
     status: Script,
     revoke: Script,
     watching: Script,
@@ -145,6 +146,7 @@ impl Scripts {
             release: queue_script!("scripts/release.lua"),
             describe: queue_script!("scripts/describe.lua"),
             leave: queue_script!("scripts/leave.lua"),
+            queued: Script::from_lua(include_str!("scripts/queued.lua")),
             status: queue_script!("scripts/status.lua"),
             revoke: queue_script!("scripts/revoke.lua"),
             watching: queue_script!("scripts/watching.lua"),
@@ -566,6 +568,8 @@ async fn resubscribe_on_connect(
             subscriptions.reconcile(channel);
         }
         waiters.moved_everywhere();
+        // Attempts in flight across the reconnect may have run late, or not at all.
+        waiters.reconcile_everywhere();
         watchers.resync_everywhere();
     }
 }
@@ -848,6 +852,20 @@ impl LeaseStore for RedisStore {
         .await?
         .integer()?;
         Ok(())
+    }
+
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "queued",
+                name,
+                &self.scripts.queued,
+                vec![keys.queue],
+                vec![self.waiters.replica().to_owned()],
+            )
+            .await?;
+        (0..reply.len()?).map(|index| reply.string(index)).collect()
     }
 
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
