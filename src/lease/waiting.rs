@@ -832,7 +832,8 @@ mod tests {
         let queued = store.queued_here(&name()).await.unwrap();
         assert_eq!(queued.len(), 1, "{queued:?}");
         assert!(!queued.contains(&ghost));
-        // The second round finds nothing more to take out; the waiter still waits, first.
+        // The second round, a tending interval later, takes out an entry that came after the
+        // first (a late attempt behind other commands); the waiter still waits, first.
         let ghost = queue_callerless_entry(&store).await;
         tokio::time::sleep(TEND_INTERVAL).await;
         assert!(!store.queued_here(&name()).await.unwrap().contains(&ghost));
