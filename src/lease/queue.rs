@@ -181,14 +181,14 @@ impl Waiters {
         }
     }
 
-    /// Of `queued`, this replica's entries in the store's queue of `name`, those that no caller
-    /// here holds: they must go.
+    /// Of `queued`, this replica's entries in the store's queue of `name`
+    /// ([`LeaseStore::queued_here`](super::LeaseStore::queued_here)), those that no caller here
+    /// holds: they must go.
     pub(super) fn without_caller(&self, name: &str, queued: Vec<String>) -> Vec<String> {
         let by_name = self.by_name();
         let live = by_name.get(name).map(|waiters| &waiters.by_entry);
         queued
             .into_iter()
-            .filter(|entry| self.is_mine(entry))
             .filter(|entry| live.is_none_or(|live| !live.contains_key(entry)))
             .collect()
     }

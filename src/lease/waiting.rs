@@ -685,25 +685,9 @@ mod tests {
         assert_eq!(queued(&store).await, 0);
     }
 
-    /// How many entries the store's queue of `NAME` holds (as positions: the last one's).
+    /// How many entries the store's queue of `NAME` holds.
     async fn queued(store: &MemoryStore) -> usize {
-        let probe = [String::from("probe")];
-        let mut count = 0;
-        // Positions of unknown entries are 0; count the queue by asking about every entry here.
-        let _ = store.queue_status(&name(), &probe).await.unwrap();
-        for n in 0..64 {
-            let entry = format!("{}:{n}", store.waiters().replica());
-            if store
-                .queue_status(&name(), &[entry])
-                .await
-                .unwrap()
-                .positions[0]
-                > 0
-            {
-                count += 1;
-            }
-        }
-        count
+        store.queued_here(&name()).await.unwrap().len()
     }
 
     /// A caller that leaves mid-wait (drops the receiver) leaves the queue, and the one behind it
@@ -799,7 +783,7 @@ mod tests {
         // The keeper leaves: the ghost is now first in line, then the waiter.
         drop(keeper);
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(store.queued_here(&name()).await.unwrap().len(), 2);
+        assert_eq!(queued(&store).await, 2);
 
         let released_at = Instant::now();
         assert!(store.release(&name(), &holder_id).await.unwrap());
@@ -825,7 +809,7 @@ mod tests {
         let ghost = queue_callerless_entry(&store).await;
         // Not woken and not reconciled: it stays. (Halfway between two tendings from here on.)
         tokio::time::sleep(TEND_INTERVAL * 3 + TEND_INTERVAL / 2).await;
-        assert_eq!(store.queued_here(&name()).await.unwrap().len(), 2);
+        assert_eq!(queued(&store).await, 2);
 
         store.waiters().reconcile(NAME);
         tokio::time::sleep(TEND_INTERVAL).await;
