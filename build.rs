@@ -1,5 +1,7 @@
 //! Compiles `proto/lease/v1/lease.proto` with protox (a pure-Rust protobuf compiler, so no system
-//! `protoc` is needed) and writes the encoded descriptor set that server reflection serves.
+//! `protoc` is needed) and writes the encoded descriptor set that server reflection serves. The
+//! server stubs are generated only with the `server` feature: a client-only build has no tonic
+//! server to compile them against.
 
 use std::{env, path::PathBuf};
 
@@ -16,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(true)
+        .build_server(env::var_os("CARGO_FEATURE_SERVER").is_some())
         .compile_fds(descriptors)?;
     Ok(())
 }

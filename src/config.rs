@@ -1,19 +1,9 @@
-//! `leased serve` settings: flags, environment variables, and their documented defaults.
+//! `leased serve` settings: flags, environment variables, and their documented defaults. Plain
+//! values only: `app` turns them into the server's and the store's options.
 
-use std::{ffi::OsString, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
-
-use crate::{
-    error::StartupError,
-    lease::Limits,
-    server::{
-        ServerOptions, TlsFiles,
-        auth::Authenticator,
-        connections::{self, ConnectionLimits},
-    },
-    store::RedisOptions,
-};
 
 /// Settings of `leased serve`. Durations take a unit: `500ms`, `30s`, `10m`, `24h`.
 #[derive(Args, Clone, Debug)]
@@ -141,110 +131,5 @@ impl ServeConfig {
         }
         let args = std::iter::once(OsString::from("serve")).chain(args.into_iter().map(Into::into));
         Ok(<Serve as clap::Parser>::try_parse_from(args)?.config)
-    }
-
-    /// Refuses a non-loopback `address` without access control unless `--insecure-listen`.
-    pub fn check_listen_address(&self, address: SocketAddr) -> Result<(), StartupError> {
-        if self.auth_tokens.is_none() && !address.ip().is_loopback() && !self.insecure_listen {
-            return Err(StartupError::InsecureListen { address });
-        }
-        Ok(())
-    }
-
-    /// The gRPC server's settings; loads the auth tokens file.
-    pub fn server_options(&self) -> Result<ServerOptions, StartupError> {
-        let auth = match &self.auth_tokens {
-            Some(path) => Some(Arc::new(
-                Authenticator::load(path).map_err(StartupError::AuthTokens)?,
-            )),
-            None => None,
-        };
-        let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: self.tls_client_ca.clone(),
-            }),
-            (None, None) => None,
-            _ => return Err(StartupError::Config("--tls-cert and --tls-key go together")),
-        };
-        Ok(ServerOptions {
-            limits: Limits {
-                max_ttl: self.max_ttl,
-                max_wait: self.max_wait,
-                max_limit: self.max_limit,
-            },
-            max_concurrent_streams: self.max_concurrent_streams,
-            max_message_bytes: self.max_message_bytes,
-            max_leases_per_renew_stream: self.max_leases_per_stream,
-            connections: self.connection_limits()?,
-            drain_grace: self.drain_grace,
-            tls,
-            auth,
-            ..ServerOptions::default()
-        })
-    }
-
-    /// `--max-connections` (or its default, within the open-file limit) and
-    /// `--handshake-timeout`. Warns if an explicit limit leaves no room in the open-file limit:
-    /// past it, `accept` fails and waits instead of refusing.
-    fn connection_limits(&self) -> Result<ConnectionLimits, StartupError> {
-        if self.handshake_timeout.is_zero() {
-            return Err(StartupError::Config("--handshake-timeout must be above 0"));
-        }
-        let fd_limit = connections::fd_limit().unwrap_or(u64::MAX);
-        let room = connections::connections_within(fd_limit);
-        let max_connections = match self.max_connections {
-            Some(0) => return Err(StartupError::Config("--max-connections must be at least 1")),
-            Some(max) => {
-                if max > room {
-                    tracing::warn!(
-                        max_connections = max,
-                        fd_limit,
-                        "--max-connections is above what the open-file limit leaves room for; \
-                         raise the limit (ulimit -n) or lower --max-connections"
-                    );
-                }
-                max
-            }
-            None => connections::DEFAULT_MAX_CONNECTIONS.min(room).max(1),
-        };
-        Ok(ConnectionLimits {
-            max_connections,
-            handshake_timeout: self.handshake_timeout,
-        })
-    }
-
-    /// The Redis store's settings, if a Redis URL is set.
-    pub fn redis_options(&self) -> Option<RedisOptions> {
-        self.redis_url.as_ref().map(|url| RedisOptions {
-            url: url.clone(),
-            command_timeout: self.redis_timeout,
-            pool_size: self.redis_pool_size,
-            key_prefix: self.key_prefix.clone(),
-            max_waiters_per_name: self.max_waiters_per_name,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn non_loopback_listen_needs_auth_or_an_explicit_opt_in() {
-        let everywhere: SocketAddr = "0.0.0.0:50051".parse().unwrap();
-        let loopback: SocketAddr = "127.0.0.1:50051".parse().unwrap();
-        let plain = ServeConfig::from_args(Vec::<String>::new()).unwrap();
-        assert!(plain.check_listen_address(loopback).is_ok());
-        let refused = plain
-            .check_listen_address(everywhere)
-            .unwrap_err()
-            .to_string();
-        assert!(refused.contains("--insecure-listen"), "{refused}");
-        let opted_in = ServeConfig::from_args(["--insecure-listen"]).unwrap();
-        assert!(opted_in.check_listen_address(everywhere).is_ok());
-        let with_auth = ServeConfig::from_args(["--auth-tokens", "/tokens.json"]).unwrap();
-        assert!(with_auth.check_listen_address(everywhere).is_ok());
     }
 }

@@ -1,16 +1,8 @@
-//! The crate's two error types: [`Error`] for a request that failed (with its one mapping to gRPC
-//! status codes), and [`StartupError`] for a server that cannot start. ARCHITECTURE.md, "Errors".
+//! The crate's two error types: [`Error`] for a request that failed (the core's; it knows nothing
+//! of gRPC: its one mapping to a status is `server::status`), and [`StartupError`] for a server
+//! that cannot start. ARCHITECTURE.md, "Errors".
 
 use std::{net::SocketAddr, path::PathBuf};
-
-use tonic::{Code, Status};
-
-use crate::throttle::{LOG_INTERVAL, Throttle};
-
-/// A Redis outage fails every request, and a broken key fails every request on its name: each
-/// kind is logged once per interval, with the count of the failures in between.
-static STORE_UNAVAILABLE: Throttle = Throttle::new(LOG_INTERVAL);
-static INTERNAL_ERROR: Throttle = Throttle::new(LOG_INTERVAL);
 
 /// Everything that can go wrong while serving a request.
 #[derive(Debug, thiserror::Error)]
@@ -61,31 +53,6 @@ impl Error {
         Error::InvalidArgument {
             field,
             reason: reason.into(),
-        }
-    }
-}
-
-impl From<Error> for Status {
-    fn from(error: Error) -> Status {
-        match error {
-            Error::InvalidArgument { .. } => Status::new(Code::InvalidArgument, error.to_string()),
-            Error::Unavailable(detail) => {
-                if let Some(suppressed) = STORE_UNAVAILABLE.admit() {
-                    tracing::warn!(suppressed, %detail, "store unavailable");
-                }
-                Status::unavailable("lease store unavailable, retry later")
-            }
-            Error::Unauthenticated(message) => Status::unauthenticated(message),
-            Error::PermissionDenied(message) => Status::permission_denied(message),
-            Error::ResourceExhausted(message) => Status::resource_exhausted(message),
-            Error::FailedPrecondition(message) => Status::failed_precondition(message),
-            Error::ShuttingDown => Status::unavailable("server is shutting down"),
-            Error::Internal { name, detail } => {
-                if let Some(suppressed) = INTERNAL_ERROR.admit() {
-                    tracing::error!(suppressed, %name, %detail, "internal error");
-                }
-                Status::internal("internal error")
-            }
         }
     }
 }

@@ -1,29 +1,51 @@
 //! leased: a gRPC lease service with fencing tokens. ARCHITECTURE.md has the bird's-eye view,
-//! the invariants and the Redis key layout; this is the crate map.
+//! the invariants and the code map; this is the crate map.
 //!
-//! - [`proto`]: the generated `lease.v1` types, client and server (the contract).
-//! - [`lease`]: the core: names, lease ids, limits, the [`lease::LeaseStore`] trait, and the
-//!   waiting policy of `Acquire`.
-//! - [`store`]: the Redis store (one Lua script per atomic operation) and the embedded store.
-//! - [`server`]: the tonic server: handlers, auth, health, reflection, drain on shutdown.
+//! Cargo features: `server` (the default) builds everything below; `client` alone builds only
+//! [`client`] and [`proto`], without any of the server's crates (no Redis client, HTTP server,
+//! Prometheus or TLS server side): `leased = { default-features = false, features =
+//! ["client"] }`. `client-tls` adds `https://` endpoints to the client.
+//!
+//! - [`proto`]: the generated `lease.v1` types and client (and server, with `server`).
 //! - [`client`]: the Rust client: `LeaseClient` and the self-renewing `LeaseGuard`.
+//!
+//! With `server`:
+//! - [`lease`]: the core: names, lease ids, limits, the [`lease::LeaseStore`] trait, the events
+//!   a store reports, and the waiting and watching of callers. It knows nothing of gRPC.
+//! - [`store`]: the Redis store (one Lua script per atomic operation) and the embedded store.
+//! - [`server`]: the tonic server: handlers, auth, health, reflection, connections, drain.
+//! - [`app`]: `leased serve` wired together: settings to options, the store, ports, signals.
+//! - [`config`]: `leased serve` flags and environment variables, plain settings.
 //! - [`cli`]: the client subcommands of the `leased` binary (`acquire`, `run`, ...).
-//! - [`config`]: `leased serve` flags and environment variables.
-//! - [`error`]: the request error and its mapping to gRPC status codes; the startup error.
+//! - [`error`]: the request error of the core and the startup error.
 //! - [`metrics`]: the Prometheus registry and its HTTP endpoint.
 //! - [`shutdown`]: the signal that starts the drain.
 //! - [`throttle`]: at most one line per interval for log lines that could repeat per request.
 
-pub mod cli;
+#[cfg(feature = "client")]
 pub mod client;
-pub mod config;
-pub mod error;
-pub mod lease;
-pub mod metrics;
 pub mod proto;
+
+#[cfg(feature = "server")]
+pub mod app;
+#[cfg(feature = "server")]
+pub mod cli;
+#[cfg(feature = "server")]
+pub mod config;
+#[cfg(feature = "server")]
+pub mod error;
+#[cfg(feature = "server")]
+pub mod lease;
+#[cfg(feature = "server")]
+pub mod metrics;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
 pub mod shutdown;
+#[cfg(feature = "server")]
 pub mod store;
+#[cfg(feature = "server")]
 pub mod throttle;
 
-pub use server::serve;
+#[cfg(feature = "server")]
+pub use app::serve;

@@ -1,12 +1,12 @@
-//! The `leased` binary: parses flags, starts logging, and hands over to the library.
+//! The `leased` binary: parses flags, starts logging, and hands over to the library (`app` for
+//! `leased serve`, `cli` for the client subcommands).
 
 use std::{ffi::OsStr, io::IsTerminal, process::ExitCode};
 
 use clap::Parser;
 use leased::{
     cli::{Cli, Command},
-    config::{LogFormat, ServeConfig},
-    error::StartupError,
+    config::LogFormat,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -26,7 +26,7 @@ async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(config) => {
             init_logging(config.log_format, "info");
-            match serve(config).await {
+            match leased::app::serve_until_signalled(config).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(%error, "leased failed");
@@ -39,43 +39,6 @@ async fn main() -> ExitCode {
             init_logging(LogFormat::Text, "warn");
             leased::cli::run_client(client_command).await
         }
-    }
-}
-
-async fn serve(config: ServeConfig) -> Result<(), StartupError> {
-    // Refuse before binding: an exposed port should never open, even briefly.
-    config.check_listen_address(config.listen)?;
-    // Each client connection is a file descriptor; the soft limit is often 1024.
-    match leased::server::connections::raise_fd_limit() {
-        Ok(limit) if limit.now > limit.before => {
-            tracing::info!(
-                from = limit.before,
-                to = limit.now,
-                "raised the open-file limit"
-            )
-        }
-        Ok(limit) => tracing::info!(open_file_limit = limit.now, "open-file limit"),
-        Err(error) => tracing::warn!(%error, "cannot read or raise the open-file limit"),
-    }
-    let listener = leased::server::bind(config.listen, "--listen").await?;
-    let (trigger, shutdown) = leased::shutdown::channel();
-    tokio::spawn(async move {
-        wait_for_termination().await;
-        tracing::info!("termination signal received");
-        trigger.fire();
-        // Keep the trigger alive: the server is draining.
-        std::future::pending::<()>().await;
-    });
-    leased::serve(config, listener, shutdown).await
-}
-
-/// SIGTERM (Kubernetes, systemd) or Ctrl-C.
-async fn wait_for_termination() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut sigterm = signal(SignalKind::terminate()).expect("cannot install a SIGTERM handler");
-    tokio::select! {
-        _ = sigterm.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 

@@ -3,10 +3,7 @@
 //! One process-wide registry ([`metrics`]); handlers, the waiting policy and the Redis store
 //! record into it.
 
-use std::{
-    sync::LazyLock,
-    time::{Duration, Instant},
-};
+use std::{sync::LazyLock, time::Duration};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -190,12 +187,9 @@ impl Metrics {
         text
     }
 
-    /// Records one finished RPC.
-    pub fn record_rpc(&self, rpc: &'static str, code: tonic::Code, elapsed: Duration) {
-        let labels = RpcLabels {
-            rpc,
-            code: code_name(code),
-        };
+    /// Records one finished RPC; `code` is the status code's name (`Ok`, `NotFound`, ...).
+    pub fn record_rpc(&self, rpc: &'static str, code: &'static str, elapsed: Duration) {
+        let labels = RpcLabels { rpc, code };
         self.rpc_requests.get_or_create(&labels).inc();
         self.rpc_duration
             .get_or_create(&labels)
@@ -211,70 +205,6 @@ impl Metrics {
         if failed {
             self.store_errors.get_or_create(&labels).inc();
         }
-    }
-}
-
-/// The label of a status code: its name as tonic's `Debug` spells it, without formatting a
-/// `String` for every RPC.
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "Ok",
-        Cancelled => "Cancelled",
-        Unknown => "Unknown",
-        InvalidArgument => "InvalidArgument",
-        DeadlineExceeded => "DeadlineExceeded",
-        NotFound => "NotFound",
-        AlreadyExists => "AlreadyExists",
-        PermissionDenied => "PermissionDenied",
-        ResourceExhausted => "ResourceExhausted",
-        FailedPrecondition => "FailedPrecondition",
-        Aborted => "Aborted",
-        OutOfRange => "OutOfRange",
-        Unimplemented => "Unimplemented",
-        Internal => "Internal",
-        Unavailable => "Unavailable",
-        DataLoss => "DataLoss",
-        Unauthenticated => "Unauthenticated",
-    }
-}
-
-/// Counts one open stream of `rpc` until dropped, then records the RPC with its final code
-/// (`Cancelled` unless [`finish`](Self::finish) said otherwise: the client went away).
-pub struct StreamRecorder {
-    rpc: &'static str,
-    started: Instant,
-    code: tonic::Code,
-}
-
-impl StreamRecorder {
-    /// Starts counting a stream of `rpc`.
-    pub fn start(rpc: &'static str) -> Self {
-        metrics()
-            .open_streams
-            .get_or_create(&KindLabels { kind: rpc })
-            .inc();
-        StreamRecorder {
-            rpc,
-            started: Instant::now(),
-            code: tonic::Code::Cancelled,
-        }
-    }
-
-    /// Sets the code the stream ended with.
-    pub fn finish(&mut self, code: tonic::Code) {
-        self.code = code;
-    }
-}
-
-impl Drop for StreamRecorder {
-    fn drop(&mut self) {
-        let metrics = metrics();
-        metrics
-            .open_streams
-            .get_or_create(&KindLabels { kind: self.rpc })
-            .dec();
-        metrics.record_rpc(self.rpc, self.code, self.started.elapsed());
     }
 }
 
@@ -297,18 +227,4 @@ pub async fn serve(listener: TcpListener, shutdown: Shutdown) -> std::io::Result
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.fired().await })
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The labels keep the names that dashboards already query: tonic's `Debug` spelling.
-    #[test]
-    fn code_labels_are_tonics_names() {
-        for value in 0..=16 {
-            let code = tonic::Code::from_i32(value);
-            assert_eq!(code_name(code), format!("{code:?}"));
-        }
-    }
 }

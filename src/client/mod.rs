@@ -50,10 +50,12 @@ mod watch;
 
 use std::{path::PathBuf, time::Duration};
 
+#[cfg(feature = "client-tls")]
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 use tonic::{
     metadata::{Ascii, MetadataValue},
     service::{Interceptor, interceptor::InterceptedService},
-    transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity},
+    transport::{Channel, Endpoint},
 };
 
 pub use acquire::GIVE_UP_GRACE;
@@ -115,7 +117,8 @@ pub struct LeaseClient {
 /// How to reach a server that uses TLS, mTLS or access control. `Default` is plaintext, no token.
 #[derive(Clone, Debug, Default)]
 pub struct ConnectOptions {
-    /// PEM CA bundle to trust for an `https://` endpoint (default: the system's roots).
+    /// PEM CA bundle to trust for an `https://` endpoint (default: the system's roots). TLS needs
+    /// the `client-tls` feature (on with `server`, the default).
     pub ca_cert: Option<PathBuf>,
     /// PEM client certificate and key, for servers that require mTLS.
     pub client_identity: Option<(PathBuf, PathBuf)>,
@@ -475,16 +478,15 @@ async fn connect(endpoint: String, options: &ConnectOptions) -> Result<Connectio
         endpoint: endpoint.clone(),
         source,
     };
-    let mut builder = Endpoint::from_shared(endpoint.clone())
+    let builder = Endpoint::from_shared(endpoint.clone())
         .map_err(connect_error)?
         .connect_timeout(Duration::from_secs(5))
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_while_idle(true);
-    if endpoint.starts_with("https://") {
-        builder = builder
-            .tls_config(options.tls_config()?)
-            .map_err(connect_error)?;
-    }
+    let builder = match endpoint.starts_with("https://") {
+        true => with_tls(builder, options)?,
+        false => builder,
+    };
     let channel = builder.connect().await.map_err(connect_error)?;
     let token = match &options.token {
         None => None,
@@ -497,6 +499,26 @@ async fn connect(endpoint: String, options: &ConnectOptions) -> Result<Connectio
     Ok(InterceptedService::new(channel, BearerToken(token)))
 }
 
+/// `builder` with the TLS settings of `options`.
+#[cfg(feature = "client-tls")]
+fn with_tls(builder: Endpoint, options: &ConnectOptions) -> Result<Endpoint, ClientError> {
+    let endpoint = builder.uri().to_string();
+    builder
+        .tls_config(options.tls_config()?)
+        .map_err(|source| ClientError::Connect { endpoint, source })
+}
+
+/// Without the `client-tls` feature, an `https://` endpoint is a configuration error.
+#[cfg(not(feature = "client-tls"))]
+fn with_tls(builder: Endpoint, options: &ConnectOptions) -> Result<Endpoint, ClientError> {
+    let _ = options;
+    Err(ClientError::Config(format!(
+        "{} needs TLS: build leased with the client-tls feature",
+        builder.uri()
+    )))
+}
+
+#[cfg(feature = "client-tls")]
 impl ConnectOptions {
     fn tls_config(&self) -> Result<ClientTlsConfig, ClientError> {
         let read = |path: &PathBuf| {

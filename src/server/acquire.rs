@@ -6,13 +6,14 @@ use tonic::{Response, Status};
 
 use super::{
     auth::{Operation, Principal},
+    rpc_metrics::StreamRecorder,
     service::{LeaseServiceImpl, ResponseStream, authorize},
 };
 use crate::{
     lease::{
         LeaseName, LeaseStore, Occupancy, Placement, limits::AcquireFields, waiting::AcquireEvent,
     },
-    metrics::{StreamRecorder, metrics},
+    metrics::metrics,
     proto::{
         self, AcquireRequest, AcquireResponse, Granted, NotGranted, Waiting, acquire_response,
     },

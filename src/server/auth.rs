@@ -178,21 +178,6 @@ fn read_tokens(path: &Path) -> Result<HashMap<String, Principal>, String> {
     Ok(by_token)
 }
 
-/// Re-reads the tokens file on every SIGHUP; open streams keep their principal.
-pub(super) async fn reload_on_sighup(auth: Arc<Authenticator>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot install a SIGHUP handler; auth tokens will not reload");
-        return;
-    };
-    while hangups.recv().await.is_some() {
-        match auth.reload() {
-            Ok(count) => tracing::info!(tokens = count, "auth tokens reloaded"),
-            Err(error) => tracing::error!(%error, "auth tokens not reloaded; the old ones stay"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

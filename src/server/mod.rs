@@ -2,7 +2,6 @@
 //! reflection, HTTP/2 limits and keepalive, the side listeners, and a drain on shutdown.
 //! Handlers are thin adapters over the lease core; nothing here holds lease state.
 //!
-//! - [`serve`]: `leased serve`: picks the store, binds the side ports, and calls [`run`].
 //! - [`run`]: serves one store on given sockets until shutdown, then drains.
 //! - `options`: the server's settings and sockets; `routes`: which services each port carries;
 //!   `health`: statuses that follow the store and the drain.
@@ -18,61 +17,23 @@ mod held_leases;
 mod options;
 mod renew;
 mod routes;
+mod rpc_metrics;
 mod service;
+mod status;
 mod watch;
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+use std::{convert::Infallible, sync::Arc};
 
-use tokio::{net::TcpListener, task::JoinSet};
+use tokio::task::JoinSet;
 use tokio_stream::Stream;
 use tonic::{service::Routes, transport::Server};
 
 use self::connections::{Connection, Connections};
-use crate::{
-    config::ServeConfig,
-    error::StartupError,
-    lease::LeaseStore,
-    shutdown::Shutdown,
-    store::{MemoryStore, RedisStore},
-};
+use crate::{error::StartupError, lease::LeaseStore, shutdown::Shutdown};
+pub use connections::ConnectionLimits;
 pub use health::LIVENESS_SERVICE;
 pub use options::{Listeners, ServerOptions, TlsFiles};
 pub use service::LeaseServiceImpl;
-
-/// Runs `leased serve` on `listener` until `shutdown` fires: on Redis when a URL is configured,
-/// otherwise on the embedded store. Binds the metrics and health ports if configured.
-pub async fn serve(
-    config: ServeConfig,
-    listener: TcpListener,
-    shutdown: Shutdown,
-) -> Result<(), StartupError> {
-    let options = config.server_options()?;
-    config.check_listen_address(listener.local_addr().map_err(StartupError::Socket)?)?;
-    if let Some(auth) = &options.auth {
-        tokio::spawn(auth::reload_on_sighup(auth.clone()));
-    }
-    let listeners = Listeners {
-        grpc: listener,
-        health: bind_optional(config.health_listen, "--health-listen").await?,
-        metrics: bind_optional(config.metrics_listen, "--metrics-listen").await?,
-    };
-    match config.redis_options() {
-        Some(redis) => {
-            tracing::info!(store = "redis", "starting");
-            let store = Arc::new(RedisStore::connect(&redis)?);
-            store.check_version(redis.command_timeout).await?;
-            run(store, options, listeners, shutdown).await
-        }
-        None => {
-            tracing::info!(
-                store = "memory",
-                "starting on the embedded store: leases live in this process only"
-            );
-            let store = MemoryStore::new(config.max_waiters_per_name);
-            run(store, options, listeners, shutdown).await
-        }
-    }
-}
 
 /// Serves `store` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
 /// waiters and Renew streams end with `UNAVAILABLE`, and in-flight calls get `drain_grace` to finish.
@@ -177,40 +138,5 @@ async fn serve_health_only(
         .serve_with_incoming_shutdown(incoming, async move { shutdown.fired().await });
     if let Err(error) = serving.await {
         tracing::error!(%error, "the health listener failed");
-    }
-}
-
-/// How many connections the kernel may queue for `accept`: tokio's default, 1024, overflowed
-/// (SYNs dropped, clients retrying a second later) when thousands of clients connected at once,
-/// as a fleet does after a restart. The kernel caps it at `net.core.somaxconn`.
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds `address`; `purpose` names the flag that set it, for the error.
-pub async fn bind(address: SocketAddr, purpose: &'static str) -> Result<TcpListener, StartupError> {
-    let listen = || {
-        let socket = match address {
-            SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-            SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-        };
-        // As std's and tokio's own bind do: a restarted server can take its port back at once.
-        socket.set_reuseaddr(true)?;
-        socket.bind(address)?;
-        socket.listen(LISTEN_BACKLOG)
-    };
-    listen().map_err(|source| StartupError::Listen {
-        address,
-        purpose,
-        source,
-    })
-}
-
-/// Binds an optional side port (`--health-listen`, `--metrics-listen`).
-async fn bind_optional(
-    address: Option<SocketAddr>,
-    purpose: &'static str,
-) -> Result<Option<TcpListener>, StartupError> {
-    match address {
-        Some(address) => Ok(Some(bind(address, purpose).await?)),
-        None => Ok(None),
     }
 }

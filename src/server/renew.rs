@@ -10,6 +10,7 @@ use tonic::{Response, Status, Streaming};
 use super::{
     auth::{Operation, Principal},
     held_leases::StreamLeases,
+    rpc_metrics::StreamRecorder,
     service::{LeaseServiceImpl, ResponseStream, authorize},
 };
 use crate::{
@@ -18,7 +19,7 @@ use crate::{
         LeaseStore, Limits, RenewOutcome,
         limits::{parse_lease_id, parse_name},
     },
-    metrics::{KindLabels, StreamRecorder, metrics},
+    metrics::{KindLabels, metrics},
     proto::{self, Lost, RenewRequest, RenewResponse, Renewed, renew_response},
 };
 

@@ -10,13 +10,13 @@ use super::{
     ServerOptions,
     auth::{Authenticator, Operation, Principal},
     held_leases::HeldLeases,
+    rpc_metrics,
 };
 use crate::{
     lease::{
         Description, HolderInfo, LeaseName, LeaseStore, Limits,
         limits::{parse_fencing_token, parse_lease_id, parse_name},
     },
-    metrics::metrics,
     proto::{
         self, AcquireRequest, AcquireResponse, CheckTokenRequest, CheckTokenResponse,
         DescribeRequest, DescribeResponse, ReleaseRequest, ReleaseResponse, RenewRequest,
@@ -169,7 +169,7 @@ pub(super) async fn recorded<T>(
     let code = result
         .as_ref()
         .map_or_else(Status::code, |_| tonic::Code::Ok);
-    metrics().record_rpc(rpc, code, started.elapsed());
+    rpc_metrics::record_rpc(rpc, code, started.elapsed());
     result
 }
 
@@ -182,7 +182,7 @@ async fn rejections_recorded<T>(
     let started = std::time::Instant::now();
     open.await.map_err(|error| {
         let status = Status::from(error);
-        metrics().record_rpc(rpc, status.code(), started.elapsed());
+        rpc_metrics::record_rpc(rpc, status.code(), started.elapsed());
         status
     })
 }

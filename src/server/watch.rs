@@ -8,6 +8,7 @@ use tonic::{Response, Status};
 
 use super::{
     auth::{Operation, Principal},
+    rpc_metrics::StreamRecorder,
     service::{LeaseServiceImpl, ResponseStream, authorize, holder_info},
 };
 use crate::{
@@ -17,7 +18,6 @@ use crate::{
         limits::parse_name,
         watch::{Watch, WatchCause},
     },
-    metrics::StreamRecorder,
     proto::{self, WatchRequest, watch_event::Cause},
 };
 
