@@ -18,7 +18,9 @@ use common::{
 };
 use futures::StreamExt;
 use leased::{
-    lease::{AcquireOutcome, LeaseId, LeaseStore, ValidatedAcquire, limits::parse_name},
+    lease::{
+        AcquireOutcome, LeaseId, LeaseStore, StoreEvents, ValidatedAcquire, limits::parse_name,
+    },
     proto::{AcquireRequest, acquire_response, watch_event::Cause},
     store::{RedisOptions, RedisStore},
 };
@@ -270,13 +272,16 @@ async fn waiters_are_woken_by_shard_pubsub_on_every_master() {
 async fn list_pages_through_2500_leases_on_every_master() {
     let cluster = RedisCluster::start();
     let server = Leased::start(Some(cluster.url())).await;
-    let store = RedisStore::connect(&RedisOptions {
-        url: cluster.url(),
-        command_timeout: Duration::from_secs(2),
-        pool_size: 4,
-        key_prefix: "leased:".into(),
-        max_waiters_per_name: 1_000,
-    })
+    let store = RedisStore::connect(
+        &RedisOptions {
+            url: cluster.url(),
+            command_timeout: Duration::from_secs(2),
+            pool_size: 4,
+            key_prefix: "leased:".into(),
+            max_waiters_per_name: 1_000,
+        },
+        StoreEvents::new(),
+    )
     .unwrap();
     let start = Instant::now();
     while store.ping().await.is_err() {

@@ -17,7 +17,7 @@ use leased::{
     error::Error,
     lease::{
         AcquireOutcome, Grant, LeaseGone, LeaseId, LeaseName, LeaseStore, RenewOutcome, Revoked,
-        ValidatedAcquire,
+        StoreEvents, ValidatedAcquire,
         limits::{parse_list_prefix, parse_name},
     },
     proto::{ListRequest, acquire_response},
@@ -470,13 +470,16 @@ async fn a_foreign_key_of_another_type_is_internal_not_unavailable() {
 
 /// A [`RedisStore`] on `url` with `key_prefix`, once it answers (and its subscriber is connected).
 async fn store_on(url: &str, key_prefix: &str) -> Arc<RedisStore> {
-    let store = RedisStore::connect(&RedisOptions {
-        url: url.to_owned(),
-        command_timeout: Duration::from_secs(2),
-        pool_size: 2,
-        key_prefix: key_prefix.to_owned(),
-        max_waiters_per_name: 1_000,
-    })
+    let store = RedisStore::connect(
+        &RedisOptions {
+            url: url.to_owned(),
+            command_timeout: Duration::from_secs(2),
+            pool_size: 2,
+            key_prefix: key_prefix.to_owned(),
+            max_waiters_per_name: 1_000,
+        },
+        StoreEvents::new(),
+    )
     .unwrap();
     let start = Instant::now();
     while store.ping().await.is_err() {

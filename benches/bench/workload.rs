@@ -9,8 +9,8 @@ use std::{
 
 use leased::{
     lease::{
-        AcquireOutcome, LeaseId, LeaseName, LeaseStore, RenewOutcome, ValidatedAcquire,
-        limits::parse_name,
+        AcquireOutcome, LeaseId, LeaseName, LeaseStore, RenewOutcome, StoreEvents,
+        ValidatedAcquire, limits::parse_name,
     },
     proto::{
         AcquireRequest, Granted, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
@@ -31,13 +31,16 @@ pub const CYCLE_TTL_MS: i64 = 30_000;
 
 /// The store that `leased serve` builds, with the same defaults, in this process.
 pub async fn direct_store(redis_url: &str, pool_size: usize) -> BenchResult<Arc<RedisStore>> {
-    let store = RedisStore::connect(&RedisOptions {
-        url: redis_url.to_owned(),
-        command_timeout: Duration::from_secs(2),
-        pool_size,
-        key_prefix: "leased:".to_owned(),
-        max_waiters_per_name: 1024,
-    })?;
+    let store = RedisStore::connect(
+        &RedisOptions {
+            url: redis_url.to_owned(),
+            command_timeout: Duration::from_secs(2),
+            pool_size,
+            key_prefix: "leased:".to_owned(),
+            max_waiters_per_name: 1024,
+        },
+        StoreEvents::new(),
+    )?;
     let started = Instant::now();
     while store.ping().await.is_err() {
         if started.elapsed() > Duration::from_secs(10) {

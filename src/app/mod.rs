@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use crate::{
     config::ServeConfig,
     error::StartupError,
-    lease::Limits,
+    lease::{Limits, Replica, StoreEvents},
     server::{ConnectionLimits, Listeners, ServerOptions, TlsFiles, auth::Authenticator},
     shutdown::{self, Shutdown},
     store::{MemoryStore, RedisOptions, RedisStore},
@@ -86,17 +86,19 @@ pub async fn serve(
     match redis_options(&config) {
         Some(redis) => {
             tracing::info!(store = "redis", "starting");
-            let store = Arc::new(RedisStore::connect(&redis)?);
+            let events = StoreEvents::new();
+            let store = Arc::new(RedisStore::connect(&redis, events.clone())?);
             store.check_version(redis.command_timeout).await?;
-            crate::server::run(store, options, listeners, shutdown).await
+            crate::server::run(Replica::new(store, events), options, listeners, shutdown).await
         }
         None => {
             tracing::info!(
                 store = "memory",
                 "starting on the embedded store: leases live in this process only"
             );
-            let store = MemoryStore::new(config.max_waiters_per_name);
-            crate::server::run(store, options, listeners, shutdown).await
+            let events = StoreEvents::new();
+            let store = MemoryStore::new(config.max_waiters_per_name, events.clone());
+            crate::server::run(Replica::new(store, events), options, listeners, shutdown).await
         }
     }
 }

@@ -1,18 +1,22 @@
-//! The lease core: domain types, input limits, the [`LeaseStore`] trait that both stores implement,
-//! and the waiting policy of `Acquire` ([`waiting`]). Every store keeps the rules in
-//! ARCHITECTURE.md, "Invariants".
+//! The lease core: domain types, input limits, the [`LeaseStore`] trait of the atomic operations
+//! that both stores implement, the [`StoreEvents`] they report into, and this replica's waiting
+//! callers ([`waiting`]) and watchers ([`watch`]), which [`Replica`] puts together. Every store
+//! keeps the rules in ARCHITECTURE.md, "Invariants". The core knows nothing of gRPC or Redis.
 
+mod events;
 pub mod limits;
-pub mod queue;
+mod queue;
 pub mod waiting;
 pub mod watch;
 
-use std::{fmt, future::Future, sync::Arc, time::Duration};
+use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 
 use crate::error::Result;
+pub use events::StoreEvents;
 pub use limits::Limits;
-pub use queue::{Placement, Waiters};
-pub use watch::Watchers;
+pub use queue::Placement;
+pub(crate) use queue::Waiters;
+pub(crate) use watch::Watchers;
 
 /// A validated lease name: 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -262,7 +266,8 @@ pub struct Revoked {
     pub holder: String,
 }
 
-/// A change of holder that a store saw, as it reports it to [`Watchers`], in the store's order.
+/// A change of holder that a store saw, as it reports it ([`StoreEvents::changed`]), in the
+/// store's order.
 /// Expiries are not reported by the stores (nothing runs when a TTL passes): the watch tending
 /// task times them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,8 +326,9 @@ pub struct ListPage {
 /// Waiting callers queue in the store, first come, first served across every replica: an attempt
 /// with a queue `entry` joins the name's queue if it cannot be granted, and while anyone is queued
 /// the k free permits (1, for an exclusive lease that is free) go only to the first k in line. The
-/// store tells this replica's [`Waiters`] when a free permit goes to an entry here (`wake`), and
-/// when positions or holders changed (`moved`).
+/// store reports into the [`StoreEvents`] it was built with when a free permit goes to an entry
+/// of this replica (`wake`), when positions or holders changed (`moved`), and each change of
+/// holder (`changed`).
 pub trait LeaseStore: Send + Sync + 'static {
     /// Grants `request.name` to `lease_id` if a permit is free for it (the lease is free, for an
     /// exclusive lease) and nobody is ahead in the queue to take it, or answers who holds it.
@@ -373,21 +379,6 @@ pub trait LeaseStore: Send + Sync + 'static {
         entries: &[String],
     ) -> impl Future<Output = Result<QueueStatus>> + Send;
 
-    /// Starts delivering wake-ups for `name` to [`Waiters`] and its changes to [`Watchers`];
-    /// counted, ended by [`Self::unlisten`].
-    fn listen(&self, name: &LeaseName);
-
-    /// Resolves once the deliveries that [`Self::listen`] asked for are in place (the Redis
-    /// store: its subscription to the name's channel is confirmed), so that every change after
-    /// it is reported. May never resolve while the store is unreachable: bound it with a timeout.
-    fn listening(&self, name: &LeaseName) -> impl Future<Output = ()> + Send {
-        let _ = name;
-        async {}
-    }
-
-    /// Stops delivering wake-ups for `name` once every `listen` is matched.
-    fn unlisten(&self, name: &LeaseName);
-
     /// Ends the grants of `name` (the one with `fencing_token` only, if given: `None` ends every
     /// permit) at once, without lock-delay, like a release by their holders; wakes the callers in
     /// line that the freed permits go to. A revoked holder's next renewal answers
@@ -413,7 +404,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ListPage>> + Send;
 
     /// Keeps this replica registered as watching `name` (`watching`), so that the store reports
-    /// its changes to [`Watchers`], or unregisters it (`false`). Called about every second while
+    /// its changes ([`StoreEvents::changed`]), or unregisters it (`false`). Called about every second while
     /// anyone watches here; a registration not kept alive lapses after a few seconds. Answers
     /// whether the registration was already in place: `false` when the store lost it (data
     /// loss), so changes may have gone unreported.
@@ -425,10 +416,60 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Succeeds when the store can answer requests and deliver wake-ups; drives the health status.
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;
+}
 
-    /// This replica's waiting callers, which the store wakes.
-    fn waiters(&self) -> &Arc<Waiters>;
+/// This replica of the service: its store, and the core's state beside it (the waiting callers
+/// and watchers that the store's reports reach). The core's functions take a `Replica`; it derefs
+/// to the store, for the atomic operations.
+#[derive(Debug)]
+pub struct Replica<S> {
+    store: Arc<S>,
+    events: StoreEvents,
+}
 
-    /// This replica's watchers, to which the store reports changes of holder.
-    fn watchers(&self) -> &Arc<Watchers>;
+impl<S: LeaseStore> Replica<S> {
+    /// `store`, built with `events` (the store reports into them).
+    pub fn new(store: Arc<S>, events: StoreEvents) -> Arc<Self> {
+        Arc::new(Replica { store, events })
+    }
+
+    /// The store, for its atomic operations.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// This replica's waiting callers.
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        self.events.waiters()
+    }
+
+    /// This replica's watchers.
+    pub(crate) fn watchers(&self) -> &Arc<Watchers> {
+        self.events.watchers()
+    }
+
+    /// Someone here starts waiting on or watching `name`: the store delivers its reports until
+    /// every `listen` is matched by an [`unlisten`](Self::unlisten).
+    pub(crate) fn listen(&self, name: &LeaseName) {
+        self.events.listen(name);
+    }
+
+    /// Resolves once the store delivers the reports of `name`, so that every change after it is
+    /// reported. May never resolve while the store is unreachable: bound it with a timeout.
+    pub(crate) async fn listening(&self, name: &LeaseName) {
+        self.events.listening(name).await;
+    }
+
+    /// One listener of `name` leaves.
+    pub(crate) fn unlisten(&self, name: &LeaseName) {
+        self.events.unlisten(name);
+    }
+}
+
+impl<S> Deref for Replica<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        &self.store
+    }
 }

@@ -218,6 +218,7 @@ impl Waiters {
     }
 
     /// How many callers wait here, on every name.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.by_name().values().map(|w| w.by_entry.len()).sum()
     }

@@ -12,7 +12,7 @@ use tokio::{
 
 use super::{
     AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, QueueStatus,
-    ValidatedAcquire, queue::Ticket,
+    Replica, ValidatedAcquire, queue::Ticket,
 };
 use crate::{
     error::{Error, Result},
@@ -93,7 +93,7 @@ enum Terminal {
 /// Runs one `Acquire`: returns the events as a channel fed by a spawned task. Dropping the
 /// receiver cancels the wait; a grant that can no longer be delivered is released at once.
 pub fn acquire<S: LeaseStore>(
-    store: Arc<S>,
+    store: Arc<Replica<S>>,
     request: ValidatedAcquire,
     shutdown: Shutdown,
 ) -> mpsc::Receiver<Result<AcquireEvent>> {
@@ -125,7 +125,7 @@ pub fn acquire<S: LeaseStore>(
 /// response stream. If the caller leaves while the store call is in flight (the future is
 /// dropped), the grant it may have made is released.
 pub async fn try_once<S: LeaseStore>(
-    store: &Arc<S>,
+    store: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
 ) -> Result<AcquireEvent> {
     let lease_id = LeaseId::generate();
@@ -151,7 +151,7 @@ pub async fn try_once<S: LeaseStore>(
 
 /// Releases, in the background, the grant that a store call dropped mid-flight may have made.
 struct ReleaseIfDropped<'a, S: LeaseStore> {
-    store: &'a Arc<S>,
+    store: &'a Arc<Replica<S>>,
     name: &'a LeaseName,
     lease_id: &'a LeaseId,
 }
@@ -171,7 +171,11 @@ impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
 }
 
 /// A grant ready for its caller, released if it never reaches them.
-fn delivery<S: LeaseStore>(store: &Arc<S>, name: &LeaseName, grant: Grant) -> GrantDelivery {
+fn delivery<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    name: &LeaseName,
+    grant: Grant,
+) -> GrantDelivery {
     let (store, name) = (store.clone(), name.clone());
     let lease_id = grant.lease_id.clone();
     GrantDelivery {
@@ -187,7 +191,7 @@ fn delivery<S: LeaseStore>(store: &Arc<S>, name: &LeaseName, grant: Grant) -> Gr
 /// answer was lost). Undoes it in the background with the same lease id (release is conditional
 /// and idempotent).
 fn undo_if_unknown<S: LeaseStore>(
-    store: &Arc<S>,
+    store: &Arc<Replica<S>>,
     name: &LeaseName,
     lease_id: &LeaseId,
     error: &Error,
@@ -198,7 +202,11 @@ fn undo_if_unknown<S: LeaseStore>(
 }
 
 /// Releases `lease_id`'s grant of `name` in a task of its own, quietly (see [`release_quietly`]).
-fn release_in_background<S: LeaseStore>(store: &Arc<S>, name: &LeaseName, lease_id: &LeaseId) {
+fn release_in_background<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    name: &LeaseName,
+    lease_id: &LeaseId,
+) {
     let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
     tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
 }
@@ -228,7 +236,7 @@ type Shown = (u32, u32, Option<(String, u64)>);
 
 /// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
 async fn wait_for_grant<S: LeaseStore>(
-    store: &Arc<S>,
+    store: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
     lease_id: &LeaseId,
     events: &mpsc::Sender<Result<AcquireEvent>>,
@@ -335,7 +343,7 @@ async fn wait_for_grant<S: LeaseStore>(
 }
 
 /// Registers a waiter of `name` on this replica; the first one starts the name's tending task.
-fn join<S: LeaseStore>(store: &Arc<S>, name: &LeaseName) -> Ticket {
+fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName) -> Ticket {
     let (ticket, first_here) = store.waiters().join(name);
     if let Some(tend) = first_here {
         tokio::spawn(tend_queue(store.clone(), name.clone(), tend));
@@ -347,7 +355,7 @@ fn join<S: LeaseStore>(store: &Arc<S>, name: &LeaseName) -> Ticket {
 /// listens for the name's wake-ups, removes the entries of callers that left (and, when asked to
 /// reconcile, those of this replica that no caller here owns), and every [`TEND_INTERVAL`] (and
 /// at once when the queue moved) keeps the entries alive and hands each waiter its new placement.
-async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Notify>) {
+async fn tend_queue<S: LeaseStore>(store: Arc<Replica<S>>, name: LeaseName, tend: Arc<Notify>) {
     store.listen(&name);
     let mut ticks = tokio::time::interval(TEND_INTERVAL);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -393,7 +401,7 @@ async fn tend_queue<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Not
 
 /// Takes out of the queue of `name` the entries of this replica that no caller here owns: those
 /// of attempts that ran in the store after their callers had gone (their outcome unknown).
-async fn reconcile<S: LeaseStore>(store: &S, name: &LeaseName) -> Result<()> {
+async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Result<()> {
     let queued = store.queued_here(name).await?;
     let callerless = store.waiters().without_caller(name.as_str(), queued);
     if callerless.is_empty() {
@@ -412,7 +420,12 @@ async fn reconcile<S: LeaseStore>(store: &S, name: &LeaseName) -> Result<()> {
 /// Hands each waiter its placement, and wakes the first in line if the lease is free (with a
 /// counting lease, each caller close enough to the front that a free permit is its own). Waking
 /// a caller whose placement did not change matters: it may have missed its wake-up.
-fn place<S: LeaseStore>(store: &S, name: &LeaseName, entries: Vec<String>, status: QueueStatus) {
+fn place<S: LeaseStore>(
+    store: &Replica<S>,
+    name: &LeaseName,
+    entries: Vec<String>,
+    status: QueueStatus,
+) {
     let QueueStatus {
         occupancy,
         positions,
@@ -446,7 +459,7 @@ fn place<S: LeaseStore>(store: &S, name: &LeaseName, entries: Vec<String>, statu
 
 /// Releases a lease whose grant could not be delivered; failures only shorten nothing, since the
 /// lease expires by itself at its TTL.
-async fn release_quietly<S: LeaseStore>(store: &S, name: &LeaseName, lease_id: &LeaseId) {
+async fn release_quietly<S: LeaseStore>(store: &Replica<S>, name: &LeaseName, lease_id: &LeaseId) {
     for attempt in 0..3u32 {
         match store.release(name, lease_id).await {
             Ok(_) => return,
@@ -464,7 +477,7 @@ mod tests {
     use crate::{
         lease::{Limits, limits::AcquireFields},
         shutdown,
-        store::MemoryStore,
+        store::{MemoryStore, memory::test_replica},
     };
 
     const NAME: &str = "jobs/nightly";
@@ -522,7 +535,7 @@ mod tests {
     /// dropped is released, so the name is free again at once.
     #[tokio::test(start_paused = true)]
     async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (_, token) = hold(&store, 10_000).await;
         match try_once(&store, &request(10_000, 0)).await.unwrap() {
             AcquireEvent::NotGranted(occupancy) => {
@@ -538,7 +551,7 @@ mod tests {
             "{refused:?}"
         );
 
-        let free = MemoryStore::new(16);
+        let free = test_replica(16);
         let AcquireEvent::Granted(delivery) = try_once(&free, &request(10_000, 0)).await.unwrap()
         else {
             panic!("expected a grant");
@@ -553,7 +566,7 @@ mod tests {
     /// releases: not at the holder's expiry.
     #[tokio::test(start_paused = true)]
     async fn a_release_wakes_the_waiter_at_once() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (holder_id, holder_token) = hold(&store, 10_000).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
         assert_eq!(next_waiting(&mut events).await, (1, holder_token));
@@ -577,7 +590,7 @@ mod tests {
     /// as the ones ahead are served.
     #[tokio::test(start_paused = true)]
     async fn waiters_are_served_first_come_first_served() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (mut holder_id, _) = hold(&store, 60_000).await;
         let mut waiters = Vec::new();
         for expected in 1..=3 {
@@ -605,7 +618,7 @@ mod tests {
     /// instant the lease is free.
     #[tokio::test(start_paused = true)]
     async fn a_try_once_caller_never_overtakes_a_waiter() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (holder_id, _) = hold(&store, 60_000).await;
         let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
         next_waiting(&mut waiter).await;
@@ -630,7 +643,7 @@ mod tests {
     /// before, and no long delay after.
     #[tokio::test(start_paused = true)]
     async fn the_holders_expiry_wakes_the_first_in_line() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let expiry = Instant::now() + Duration::from_secs(1);
         hold(&store, 1_000).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
@@ -645,7 +658,7 @@ mod tests {
     /// the caller leaves the queue.
     #[tokio::test(start_paused = true)]
     async fn the_deadline_ends_the_wait_with_not_granted() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (_, holder_token) = hold(&store, 60_000).await;
         let start = Instant::now();
         let mut events = acquire(store.clone(), request(10_000, 5_000), Shutdown::never());
@@ -668,7 +681,7 @@ mod tests {
     /// `wait` zero tries once: an immediate answer, no `Waiting`, no registered waiter.
     #[tokio::test(start_paused = true)]
     async fn a_zero_wait_tries_once() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let start = Instant::now();
         let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
         next_grant(&mut events).await;
@@ -694,7 +707,7 @@ mod tests {
     /// moves up.
     #[tokio::test(start_paused = true)]
     async fn dropping_the_receiver_leaves_the_queue() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         hold(&store, 60_000).await;
         let mut first = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
         assert_eq!(next_waiting(&mut first).await.0, 1);
@@ -711,7 +724,7 @@ mod tests {
     /// the lease does not stay held by nobody until its TTL.
     #[tokio::test(start_paused = true)]
     async fn an_undelivered_grant_is_released() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         // The receiver is gone before the task runs: it is granted the free lease, cannot say so.
         drop(acquire(
             store.clone(),
@@ -726,7 +739,7 @@ mod tests {
     /// arrived first) is released when the stream is dropped, and the next in line gets it.
     #[tokio::test(start_paused = true)]
     async fn a_grant_left_in_the_stream_buffer_is_released_to_the_next() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (holder_id, _) = hold(&store, 60_000).await;
         let mut first = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
         next_waiting(&mut first).await;
@@ -756,7 +769,7 @@ mod tests {
 
     /// Queues an entry of this replica that no caller owns, as an attempt does that runs in the
     /// store after the server gave up on it (a stall past the timeout).
-    async fn queue_callerless_entry(store: &MemoryStore) -> String {
+    async fn queue_callerless_entry(store: &Replica<MemoryStore>) -> String {
         let entry = format!("{}:999999", store.waiters().replica());
         let outcome = store
             .try_acquire(&request(1_000, 60_000), &LeaseId::generate(), Some(&entry))
@@ -773,7 +786,7 @@ mod tests {
     /// holds it, so it is taken out, and the caller behind it is granted in the same instant.
     #[tokio::test(start_paused = true)]
     async fn a_woken_entry_without_a_caller_is_taken_out() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (holder_id, _) = hold(&store, 60_000).await;
         let mut keeper = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
         assert_eq!(next_waiting(&mut keeper).await.0, 1);
@@ -802,7 +815,7 @@ mod tests {
     /// here (twice, a tending interval apart): a callerless entry goes, a live one stays.
     #[tokio::test(start_paused = true)]
     async fn reconciling_removes_only_entries_without_a_caller() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         hold(&store, 60_000).await;
         let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
         assert_eq!(next_waiting(&mut waiter).await.0, 1);
@@ -832,7 +845,7 @@ mod tests {
     /// `ResourceExhausted`; a try-once caller still gets its answer.
     #[tokio::test(start_paused = true)]
     async fn a_full_queue_refuses_more_waiters() {
-        let store = MemoryStore::new(2);
+        let store = test_replica(2);
         hold(&store, 60_000).await;
         let mut kept = Vec::new();
         for _ in 0..2 {
@@ -887,7 +900,7 @@ mod tests {
     /// line at its expiry (not before), the second to the second; each expiry frees one permit.
     #[tokio::test(start_paused = true)]
     async fn each_expiring_permit_goes_to_the_next_in_line() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let start = Instant::now();
         take(&store, &counting_request(1_000, 0, 2, 0)).await;
         take(&store, &counting_request(3_000, 0, 2, 0)).await;
@@ -940,7 +953,7 @@ mod tests {
     /// is granted at expiry + delay, and is told so (`remaining_ms` counts the delay).
     #[tokio::test(start_paused = true)]
     async fn an_expiry_is_followed_by_the_lock_delay() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let start = Instant::now();
         take(&store, &counting_request(1_000, 0, 1, 500)).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
@@ -965,7 +978,7 @@ mod tests {
     /// A release ends a lease with a lock-delay at once: no delay for the next in line.
     #[tokio::test(start_paused = true)]
     async fn a_release_skips_the_lock_delay() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (holder_id, _) = take(&store, &counting_request(10_000, 0, 1, 5_000)).await;
         let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
         next_waiting(&mut events).await;
@@ -978,7 +991,7 @@ mod tests {
     /// Another limit than the holders' is refused, naming the limit in force.
     #[tokio::test(start_paused = true)]
     async fn a_limit_other_than_the_holders_is_refused() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         take(&store, &counting_request(10_000, 0, 3, 0)).await;
         let mut events = acquire(
             store.clone(),
@@ -996,7 +1009,7 @@ mod tests {
     /// Shutdown ends a waiter with `ShuttingDown` at once and removes it.
     #[tokio::test(start_paused = true)]
     async fn shutdown_ends_the_wait() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         hold(&store, 60_000).await;
         let (trigger, shutdown) = shutdown::channel();
         let mut events = acquire(store.clone(), request(10_000, 60_000), shutdown);

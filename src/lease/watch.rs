@@ -22,7 +22,9 @@ use tokio::{
     time::{Instant, MissedTickBehavior, interval_at, sleep_until},
 };
 
-use super::{ChangeCause, Description, Expiry, HolderInfo, LeaseChange, LeaseName, LeaseStore};
+use super::{
+    ChangeCause, Description, Expiry, HolderInfo, LeaseChange, LeaseName, LeaseStore, Replica,
+};
 use crate::error::{Error, Result};
 
 /// How often the tending task renews this replica's registration as a watcher of its name in
@@ -345,7 +347,7 @@ pub struct Watch {
 
 impl Watch {
     /// Starts watching (spawning the name's tending task if this is its first watcher here).
-    pub fn start<S: LeaseStore>(store: &Arc<S>, name: LeaseName) -> Watch {
+    pub fn start<S: LeaseStore>(store: &Arc<Replica<S>>, name: LeaseName) -> Watch {
         let (watch, first_here) = store.watchers().join(&name);
         if let Some(tend) = first_here {
             tokio::spawn(tend_watch(store.clone(), name, tend));
@@ -720,7 +722,7 @@ impl Tender<'_> {
 
 /// Looks after one watched name while anyone watches it here; then unregisters, unless someone
 /// started watching again meanwhile.
-async fn tend_watch<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Notify>) {
+async fn tend_watch<S: LeaseStore>(store: Arc<Replica<S>>, name: LeaseName, tend: Arc<Notify>) {
     loop {
         watch_while_watched(&*store, &name, &tend).await;
         // Best effort: a registration left behind lapses by itself within a few seconds.
@@ -736,7 +738,7 @@ async fn tend_watch<S: LeaseStore>(store: Arc<S>, name: LeaseName, tend: Arc<Not
 
 /// Keeps this replica registered as a watcher of `name`; false if the store had lost the
 /// registration (changes may have gone unreported).
-async fn registration_kept<S: LeaseStore>(store: &S, name: &LeaseName) -> bool {
+async fn registration_kept<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> bool {
     match store.keep_watching(name, true).await {
         Ok(kept) => kept,
         Err(error) => {
@@ -750,7 +752,7 @@ async fn registration_kept<S: LeaseStore>(store: &S, name: &LeaseName) -> bool {
 /// The tending of one name: registers and listens, reads it (a snapshot), then applies the
 /// store's changes, times the holders' expiries, re-reads when changes may have been missed,
 /// and keeps the registration alive, until nobody watches the name here.
-async fn watch_while_watched<S: LeaseStore>(store: &S, name: &LeaseName, tend: &Notify) {
+async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName, tend: &Notify) {
     let watchers = store.watchers();
     store.listen(name);
     // Registered and subscribed before the first read, so that every change after it is
@@ -857,9 +859,9 @@ mod tests {
     use crate::{
         lease::{
             AcquireOutcome, Grant, LeaseId, Limits, ListPage, ListPrefix, QueueStatus,
-            RenewOutcome, Revoked, ValidatedAcquire, Waiters, limits::AcquireFields,
+            RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::AcquireFields,
         },
-        store::MemoryStore,
+        store::{MemoryStore, memory::test_replica},
     };
 
     const NAME: &str = "jobs/leader";
@@ -883,7 +885,10 @@ mod tests {
     }
 
     /// Takes a permit of `NAME` at once; panics if none is free.
-    async fn take<S: LeaseStore>(store: &S, request: &ValidatedAcquire) -> (LeaseId, Grant) {
+    async fn take<S: LeaseStore>(
+        store: &Replica<S>,
+        request: &ValidatedAcquire,
+    ) -> (LeaseId, Grant) {
         let lease_id = LeaseId::generate();
         match store.try_acquire(request, &lease_id, None).await {
             Ok(AcquireOutcome::Granted(grant)) => (lease_id, grant),
@@ -920,7 +925,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_first_event_is_a_snapshot() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut watch = Watch::start(&store, name());
         let free = next(&mut watch).await;
         assert_eq!(free.cause, WatchCause::Snapshot);
@@ -945,7 +950,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn grants_releases_and_revokes_arrive_in_order() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
 
@@ -974,7 +979,7 @@ mod tests {
     /// lease is not held, although nobody can take it until the delay is over.
     #[tokio::test(start_paused = true)]
     async fn an_expiry_is_reported_at_the_ttl_not_after_the_lock_delay() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let start = Instant::now();
         let (_, alpha) = take(&*store, &request("alpha", 1_000, 1, 500)).await;
         let mut watch = Watch::start(&store, name());
@@ -996,7 +1001,7 @@ mod tests {
     /// An exclusive lease that expires and is taken at once by a waiter: EXPIRED, then GRANTED.
     #[tokio::test(start_paused = true)]
     async fn an_expiry_comes_before_the_next_grant() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (_, alpha) = take(&*store, &request("alpha", 1_000, 1, 0)).await;
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
@@ -1010,7 +1015,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn renewals_are_not_events() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (alpha_id, alpha) = take(&*store, &request("alpha", 1_000, 1, 0)).await;
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
@@ -1026,7 +1031,7 @@ mod tests {
     /// A grant reported again, or late (its token not above what the watch knows), is no event.
     #[tokio::test(start_paused = true)]
     async fn a_stale_grant_is_ignored() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
         let (alpha_id, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
@@ -1063,7 +1068,7 @@ mod tests {
     /// A counting lease: one event per permit, each listing every holder after it.
     #[tokio::test(start_paused = true)]
     async fn a_counting_lease_has_one_event_per_permit() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
         let mut grants = Vec::new();
@@ -1095,7 +1100,7 @@ mod tests {
     /// snapshot of the state now instead, then the events after it.
     #[tokio::test(start_paused = true)]
     async fn a_lagging_watcher_gets_a_snapshot() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut slow = Watch::start(&store, name());
         let mut fast = Watch::start(&store, name());
         next(&mut slow).await;
@@ -1122,7 +1127,7 @@ mod tests {
     /// starts afresh.
     #[tokio::test(start_paused = true)]
     async fn the_tending_ends_with_the_last_watcher() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut first = Watch::start(&store, name());
         let mut second = Watch::start(&store, name());
         next(&mut first).await;
@@ -1148,7 +1153,7 @@ mod tests {
     /// `resync_everywhere` always does.
     #[tokio::test(start_paused = true)]
     async fn a_resync_sends_a_snapshot_when_needed() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (_, alpha) = take(&*store, &request("alpha", 60_000, 1, 0)).await;
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
@@ -1159,25 +1164,25 @@ mod tests {
     }
 
     /// A [`MemoryStore`] whose reads can fail, and which can keep its changes from the watchers
-    /// (as if every message were lost), for the paths a Redis outage takes.
+    /// (as if every message were lost: it reports into a sink nobody reads), for the paths a
+    /// Redis outage takes.
     struct Unreliable {
         store: Arc<MemoryStore>,
         failing: AtomicBool,
-        watchers: Arc<Watchers>,
     }
 
     impl Unreliable {
-        fn new(deaf: bool) -> Arc<Self> {
-            let store = MemoryStore::new(16);
-            let watchers = match deaf {
-                true => Arc::new(Watchers::new()),
-                false => store.watchers().clone(),
+        fn new(deaf: bool) -> Arc<Replica<Self>> {
+            let events = StoreEvents::new();
+            let reported_to = match deaf {
+                true => StoreEvents::new(),
+                false => events.clone(),
             };
-            Arc::new(Unreliable {
-                store,
+            let unreliable = Unreliable {
+                store: MemoryStore::new(16, reported_to),
                 failing: AtomicBool::new(false),
-                watchers,
-            })
+            };
+            Replica::new(Arc::new(unreliable), events)
         }
 
         fn fail(&self, failing: bool) {
@@ -1227,14 +1232,6 @@ mod tests {
             self.store.queue_status(name, entries).await
         }
 
-        fn listen(&self, name: &LeaseName) {
-            self.store.listen(name)
-        }
-
-        fn unlisten(&self, name: &LeaseName) {
-            self.store.unlisten(name)
-        }
-
         async fn revoke(
             &self,
             name: &LeaseName,
@@ -1259,14 +1256,6 @@ mod tests {
 
         async fn ping(&self) -> Result<()> {
             self.store.ping().await
-        }
-
-        fn waiters(&self) -> &Arc<Waiters> {
-            self.store.waiters()
-        }
-
-        fn watchers(&self) -> &Arc<Watchers> {
-            &self.watchers
         }
     }
 
@@ -1366,7 +1355,7 @@ mod tests {
     async fn every_watcher_sees_every_event() {
         const WATCHERS: usize = 50;
         const CYCLES: usize = 100;
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let mut readers = Vec::new();
         for _ in 0..WATCHERS {
             let mut watch = Watch::start(&store, name());

@@ -15,7 +15,7 @@ use super::{
 use crate::{
     error::Result,
     lease::{
-        LeaseStore, ListedLease,
+        LeaseStore, ListedLease, Replica,
         limits::{parse_list_prefix, parse_name, parse_page_size, parse_reason},
     },
     proto::{
@@ -26,12 +26,12 @@ use crate::{
 
 /// The `lease.v1.LeaseAdminService` implementation over any [`LeaseStore`].
 pub struct LeaseAdminServiceImpl<S> {
-    store: Arc<S>,
+    store: Arc<Replica<S>>,
     auth: Option<Arc<Authenticator>>,
 }
 
 impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
-    pub fn new(store: Arc<S>, options: &ServerOptions) -> Self {
+    pub fn new(store: Arc<Replica<S>>, options: &ServerOptions) -> Self {
         LeaseAdminServiceImpl {
             store,
             auth: options.auth.clone(),

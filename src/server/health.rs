@@ -11,7 +11,7 @@ use tonic_health::{
 };
 
 use crate::{
-    lease::LeaseStore,
+    lease::{LeaseStore, Replica},
     proto::{lease_admin_service_server, lease_service_server},
     shutdown::Shutdown,
 };
@@ -31,7 +31,7 @@ pub(super) struct Health {
 impl Health {
     /// Starts NOT_SERVING (until the store first answers) with liveness SERVING, and follows the
     /// store's pings and the shutdown from then on.
-    pub(super) async fn start<S: LeaseStore>(store: Arc<S>, shutdown: Shutdown) -> Self {
+    pub(super) async fn start<S: LeaseStore>(store: Arc<Replica<S>>, shutdown: Shutdown) -> Self {
         let reporter = HealthReporter::new();
         set_serving(&reporter, false).await;
         // Liveness: SERVING while the process runs, whatever Redis does, so that a Redis outage
@@ -55,7 +55,11 @@ impl Health {
 }
 
 /// SERVING while the store answers pings and the server is not draining; NOT_SERVING otherwise.
-async fn follow_store<S: LeaseStore>(store: Arc<S>, reporter: HealthReporter, shutdown: Shutdown) {
+async fn follow_store<S: LeaseStore>(
+    store: Arc<Replica<S>>,
+    reporter: HealthReporter,
+    shutdown: Shutdown,
+) {
     let mut serving = false;
     let mut interval = tokio::time::interval(HEALTH_CHECK_INTERVAL);
     loop {

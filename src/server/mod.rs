@@ -29,7 +29,11 @@ use tokio_stream::Stream;
 use tonic::{service::Routes, transport::Server};
 
 use self::connections::{Connection, Connections};
-use crate::{error::StartupError, lease::LeaseStore, shutdown::Shutdown};
+use crate::{
+    error::StartupError,
+    lease::{LeaseStore, Replica},
+    shutdown::Shutdown,
+};
 pub use connections::ConnectionLimits;
 pub use health::LIVENESS_SERVICE;
 pub use options::{Listeners, ServerOptions, TlsFiles};
@@ -38,7 +42,7 @@ pub use service::LeaseServiceImpl;
 /// Serves `store` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
 /// waiters and Renew streams end with `UNAVAILABLE`, and in-flight calls get `drain_grace` to finish.
 pub async fn run<S: LeaseStore>(
-    store: Arc<S>,
+    store: Arc<Replica<S>>,
     options: ServerOptions,
     listeners: Listeners,
     shutdown: Shutdown,

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        LeaseStore, Limits, RenewOutcome,
+        LeaseStore, Limits, RenewOutcome, Replica,
         limits::{parse_lease_id, parse_name},
     },
     metrics::{KindLabels, metrics},
@@ -81,7 +81,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 }
 
 async fn renew_one<S: LeaseStore>(
-    store: &S,
+    store: &Replica<S>,
     limits: &Limits,
     principal: &Option<Principal>,
     request: RenewRequest,

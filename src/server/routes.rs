@@ -8,7 +8,7 @@ use tonic::service::Routes;
 use super::{LeaseServiceImpl, ServerOptions, admin::LeaseAdminServiceImpl, health::Health};
 use crate::{
     error::StartupError,
-    lease::LeaseStore,
+    lease::{LeaseStore, Replica},
     proto::{
         self, lease_admin_service_server::LeaseAdminServiceServer,
         lease_service_server::LeaseServiceServer,
@@ -19,7 +19,7 @@ use crate::{
 /// `lease.v1.LeaseService`, `lease.v1.LeaseAdminService`, `grpc.health.v1` and server reflection
 /// for all three.
 pub(super) fn grpc_port<S: LeaseStore>(
-    store: Arc<S>,
+    store: Arc<Replica<S>>,
     options: &ServerOptions,
     health: &Health,
     shutdown: Shutdown,

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     lease::{
-        Description, HolderInfo, LeaseName, LeaseStore, Limits,
+        Description, HolderInfo, LeaseName, LeaseStore, Limits, Replica,
         limits::{parse_fencing_token, parse_lease_id, parse_name},
     },
     proto::{
@@ -30,7 +30,7 @@ pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send
 
 /// The `lease.v1.LeaseService` implementation over any [`LeaseStore`].
 pub struct LeaseServiceImpl<S> {
-    pub(super) store: Arc<S>,
+    pub(super) store: Arc<Replica<S>>,
     pub(super) limits: Limits,
     pub(super) max_leases_per_renew_stream: usize,
     /// The leases each Renew stream here holds, so that a Release here frees their slots.
@@ -41,7 +41,7 @@ pub struct LeaseServiceImpl<S> {
 
 impl<S: LeaseStore> LeaseServiceImpl<S> {
     /// A service over `store`; long-lived calls end when `shutdown` fires.
-    pub fn new(store: Arc<S>, options: &ServerOptions, shutdown: Shutdown) -> Self {
+    pub fn new(store: Arc<Replica<S>>, options: &ServerOptions, shutdown: Shutdown) -> Self {
         LeaseServiceImpl {
             store,
             limits: options.limits.clone(),

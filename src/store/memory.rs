@@ -11,13 +11,14 @@ use std::{
 use tokio::time::Instant;
 
 use super::{from_hex, invalid_page_token, to_hex, unix_micros};
+#[cfg(test)]
+use crate::lease::Replica;
 use crate::{
     error::Result,
     lease::{
         AcquireOutcome, ChangeCause, Description, Expiry, Grant, HolderInfo, LeaseChange,
         LeaseGone, LeaseId, LeaseName, LeaseStore, ListPage, ListPrefix, ListedLease, Occupancy,
-        QueueStatus, RenewOutcome, Revoked, ValidatedAcquire, Waiters, Watchers,
-        limits::parse_name,
+        QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
     },
 };
 
@@ -36,8 +37,8 @@ const PAGE_TOKEN_VERSION: &str = "m1.";
 #[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
-    waiters: Arc<Waiters>,
-    watchers: Arc<Watchers>,
+    /// Where wake-ups and changes go, called in process.
+    events: StoreEvents,
     max_waiters_per_name: usize,
 }
 
@@ -166,12 +167,12 @@ fn unix_millis_after(remaining_ms: i64) -> i64 {
 }
 
 impl MemoryStore {
-    /// An empty store with a background sweep of expired leases (which stops with the store).
-    pub fn new(max_waiters_per_name: usize) -> Arc<Self> {
+    /// An empty store that reports into `events`, with a background sweep of expired leases
+    /// (which stops with the store).
+    pub fn new(max_waiters_per_name: usize, events: StoreEvents) -> Arc<Self> {
         let store = Arc::new(MemoryStore {
             state: Mutex::new(State::default()),
-            waiters: Arc::new(Waiters::new()),
-            watchers: Arc::new(Watchers::new()),
+            events,
             max_waiters_per_name,
         });
         tokio::spawn(sweep_expired(Arc::downgrade(&store)));
@@ -228,12 +229,12 @@ struct WakeUps {
 }
 
 impl WakeUps {
-    fn send(self, waiters: &Waiters, name: &LeaseName) {
+    fn send(self, events: &StoreEvents, name: &LeaseName) {
         for entry in &self.wake {
-            waiters.wake(name.as_str(), entry);
+            events.wake(name.as_str(), entry);
         }
         if self.moved {
-            waiters.moved(name.as_str());
+            events.moved(name.as_str());
         }
     }
 }
@@ -411,7 +412,7 @@ impl LeaseStore for MemoryStore {
             if ahead.unwrap_or(in_line) < free {
                 let (grant, change) = state.grant(request, lease_id, now);
                 // Under the state lock: watchers get the changes of a name in their order.
-                self.watchers.changed(name.as_str(), change);
+                self.events.changed(name.as_str(), change);
                 if let Some(entry) = entry.filter(|_| ahead.is_some()) {
                     state.remove_entries(name, &[entry.to_owned()]);
                     wake_ups.moved = state.queues.contains_key(name.as_str());
@@ -425,7 +426,7 @@ impl LeaseStore for MemoryStore {
                 self.queue_up(&mut state, name, entry, occupancy)
             }
         };
-        wake_ups.send(&self.waiters, name);
+        wake_ups.send(&self.events, name);
         Ok(outcome)
     }
 
@@ -486,7 +487,7 @@ impl LeaseStore for MemoryStore {
             };
             let released = permits.taken.swap_remove(index);
             let change = released.change(ChangeCause::Released, permits.limit, "");
-            self.watchers.changed(name.as_str(), change);
+            self.events.changed(name.as_str(), change);
             let held = permits.taken(now).count() as u32;
             // The permits free now go to the first `free` callers in line; the one freed here
             // goes to the last of them, the others were woken when theirs freed.
@@ -503,7 +504,7 @@ impl LeaseStore for MemoryStore {
                 moved: false,
             }
         };
-        wake_ups.send(&self.waiters, name);
+        wake_ups.send(&self.events, name);
         Ok(true)
     }
 
@@ -525,7 +526,7 @@ impl LeaseStore for MemoryStore {
                 wake,
             }
         };
-        wake_ups.send(&self.waiters, name);
+        wake_ups.send(&self.events, name);
         Ok(())
     }
 
@@ -554,11 +555,6 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    /// Wake-ups are calls into [`Waiters`] from this process: nothing to listen to.
-    fn listen(&self, _name: &LeaseName) {}
-
-    fn unlisten(&self, _name: &LeaseName) {}
-
     async fn revoke(
         &self,
         name: &LeaseName,
@@ -586,7 +582,7 @@ impl LeaseStore for MemoryStore {
             ended.sort_by_key(|lease| lease.fencing_token);
             let limit = permits.limit;
             for lease in &ended {
-                self.watchers.changed(
+                self.events.changed(
                     name.as_str(),
                     lease.change(ChangeCause::Revoked, limit, reason),
                 );
@@ -619,7 +615,7 @@ impl LeaseStore for MemoryStore {
                 .collect();
             (revoked, WakeUps { wake, moved: false })
         };
-        wake_ups.send(&self.waiters, name);
+        wake_ups.send(&self.events, name);
         Ok(revoked)
     }
 
@@ -666,7 +662,7 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    /// Every change is reported to [`Watchers`] in process, with nothing to register or lose.
+    /// Every change is reported to [`StoreEvents`] in process, with nothing to register or lose.
     async fn keep_watching(&self, _name: &LeaseName, _watching: bool) -> Result<bool> {
         Ok(true)
     }
@@ -674,14 +670,16 @@ impl LeaseStore for MemoryStore {
     async fn ping(&self) -> Result<()> {
         Ok(())
     }
+}
 
-    fn waiters(&self) -> &Arc<Waiters> {
-        &self.waiters
-    }
-
-    fn watchers(&self) -> &Arc<Watchers> {
-        &self.watchers
-    }
+/// A [`Replica`] on a new embedded store, for the core's unit tests.
+#[cfg(test)]
+pub(crate) fn test_replica(max_waiters_per_name: usize) -> Arc<Replica<MemoryStore>> {
+    let events = StoreEvents::new();
+    Replica::new(
+        MemoryStore::new(max_waiters_per_name, events.clone()),
+        events,
+    )
 }
 
 #[cfg(test)]
@@ -735,7 +733,7 @@ mod tests {
     /// why, its release finds nothing, and the name is free.
     #[tokio::test(start_paused = true)]
     async fn a_revoke_ends_the_grant_and_tells_its_holder_why() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (lease_id, grant) = take(&store, &request(NAME, 10_000, 1, 5_000)).await;
 
         let stale = store
@@ -775,7 +773,7 @@ mod tests {
     /// The reason is remembered for the grant's TTL at least, then swept.
     #[tokio::test(start_paused = true)]
     async fn a_revoke_reason_is_kept_for_the_ttl() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (lease_id, _) = take(&store, &request(NAME, 2_000, 1, 0)).await;
         store.revoke(&name(), None, "maintenance").await.unwrap();
         tokio::time::sleep(Duration::from_millis(1_999)).await;
@@ -795,7 +793,7 @@ mod tests {
     /// expired already and is not revoked (it stays taken until its delay ends).
     #[tokio::test(start_paused = true)]
     async fn a_revoke_without_token_ends_every_grant_that_holds() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (_, expiring) = take(&store, &request(NAME, 100, 3, 1_000)).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (_, first) = take(&store, &request(NAME, 10_000, 3, 1_000)).await;
@@ -816,7 +814,7 @@ mod tests {
     /// A revoke hands the lease to the first caller in line at once, like a release.
     #[tokio::test(start_paused = true)]
     async fn a_revoke_wakes_the_first_in_line() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let (_, grant) = take(&store, &request(NAME, 60_000, 1, 0)).await;
         let mut waiter = acquire(
             store.clone(),
@@ -874,7 +872,7 @@ mod tests {
     /// outside the prefix or no longer held does.
     #[tokio::test(start_paused = true)]
     async fn list_pages_through_every_held_lease_once() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         for n in 0..2_500 {
             take(&store, &request(&format!("svc/{n:05}"), 60_000, 1, 0)).await;
         }
@@ -914,7 +912,7 @@ mod tests {
     /// short (even empty) pages with a next token, never one unbounded walk.
     #[tokio::test(start_paused = true)]
     async fn a_list_page_has_a_bounded_cost() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         let count = MAX_NAMES_PER_PAGE + 10;
         for n in 0..count {
             take(&store, &request(&format!("old/{n:06}"), 10, 1, 0)).await;
@@ -935,7 +933,7 @@ mod tests {
     /// is INVALID_ARGUMENT naming `page_token`.
     #[tokio::test(start_paused = true)]
     async fn a_foreign_page_token_is_refused() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         for n in 0..3 {
             take(&store, &request(&format!("a/{n}"), 60_000, 1, 0)).await;
         }
@@ -969,7 +967,7 @@ mod tests {
     /// `describe` shows a grant's lock-delay, which `remaining_ms` counts and `held_ms` does not.
     #[tokio::test(start_paused = true)]
     async fn describe_shows_the_lock_delay() {
-        let store = MemoryStore::new(16);
+        let store = test_replica(16);
         take(&store, &request(NAME, 10_000, 1, 250)).await;
         tokio::time::advance(Duration::from_micros(500)).await;
         let info = store.describe(&name()).await.unwrap().holders.remove(0);

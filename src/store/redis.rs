@@ -15,7 +15,7 @@
 //! "Watching".
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, HashSet},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
@@ -30,10 +30,7 @@ use fred::{
     types::{InfoKind, scripts::Script},
 };
 use futures::{StreamExt, stream};
-use tokio::{
-    sync::{mpsc, watch},
-    task::JoinHandle,
-};
+use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{from_hex, invalid_page_token, to_hex};
 use crate::{
@@ -41,8 +38,8 @@ use crate::{
     lease::{
         AcquireOutcome, ChangeCause, Description, Expiry, Grant, HolderInfo, LeaseChange,
         LeaseGone, LeaseId, LeaseName, LeaseStore, ListPage, ListPrefix, ListedLease, Occupancy,
-        QueueStatus, RenewOutcome, Revoked, ValidatedAcquire, Waiters, Watchers,
-        limits::parse_name, waiting::TEND_INTERVAL, watch::WATCH_KEEPALIVE,
+        QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
+        waiting::TEND_INTERVAL, watch::WATCH_KEEPALIVE,
     },
     metrics::metrics,
     throttle::{LOG_INTERVAL, Throttle},
@@ -161,8 +158,9 @@ pub struct RedisStore {
     scripts: Scripts,
     key_prefix: String,
     max_waiters_per_name: usize,
-    waiters: Arc<Waiters>,
-    watchers: Arc<Watchers>,
+    /// Where wake-ups, positions moved and changes of holder are reported, and which names are
+    /// listened to (each name's channel is subscribed while it is).
+    events: StoreEvents,
     subscriptions: Arc<Subscriptions>,
     background: Vec<JoinHandle<()>>,
 }
@@ -247,7 +245,7 @@ impl LeaseKeys {
 impl RedisStore {
     /// Starts connecting to Redis and returns at once: until Redis answers, requests fail with
     /// `UNAVAILABLE` after the command timeout and [`LeaseStore::ping`] fails. Reconnects forever.
-    pub fn connect(options: &RedisOptions) -> Result<Self, StartupError> {
+    pub fn connect(options: &RedisOptions, events: StoreEvents) -> Result<Self, StartupError> {
         check_url_scheme(&options.url)?;
         let url_error = |e: RedisError| StartupError::RedisUrl(e.details().to_string());
         let config = Config::from_url(&options.url).map_err(url_error)?;
@@ -268,35 +266,37 @@ impl RedisStore {
             .map_err(url_error)?;
         let subscriber = builder.build_subscriber_client().map_err(url_error)?;
 
-        let waiters = Arc::new(Waiters::new());
-        let watchers = Arc::new(Watchers::new());
         let (changes, pending) = mpsc::unbounded_channel();
         let subscriptions = Arc::new(Subscriptions {
             key_prefix: options.key_prefix.clone(),
-            wanted: Mutex::new(HashMap::new()),
             failing: Mutex::new(HashSet::new()),
-            subscribed: watch::Sender::default(),
             changes,
+        });
+        // A name's first listener subscribes to its channel, its last one unsubscribes.
+        events.follow_listening({
+            let subscriptions = Arc::downgrade(&subscriptions);
+            move |name| {
+                if let Some(subscriptions) = subscriptions.upgrade() {
+                    subscriptions.reconcile(name.clone());
+                }
+            }
         });
         let background = vec![
             tokio::spawn(keep_subscriptions(
                 subscriber.clone(),
                 subscriptions.clone(),
-                waiters.clone(),
-                watchers.clone(),
+                events.clone(),
                 pending,
             )),
             tokio::spawn(resubscribe_on_connect(
                 subscriber.clone(),
                 subscriptions.clone(),
-                waiters.clone(),
-                watchers.clone(),
+                events.clone(),
             )),
-            tokio::spawn(wake_waiters(
+            tokio::spawn(report_messages(
                 subscriber.clone(),
                 subscriptions.clone(),
-                waiters.clone(),
-                watchers.clone(),
+                events.clone(),
             )),
         ];
         // The tasks above exist before the first connection, so none of its events is missed.
@@ -309,8 +309,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             key_prefix: options.key_prefix.clone(),
             max_waiters_per_name: options.max_waiters_per_name,
-            waiters,
-            watchers,
+            events,
             subscriptions,
             background,
         })
@@ -411,35 +410,27 @@ fn check_url_scheme(url: &str) -> Result<(), StartupError> {
     )))
 }
 
-/// The shard channels this replica wants: one per name with waiters or watchers here, counted by
-/// [`LeaseStore::listen`] and [`LeaseStore::unlisten`]. One task ([`keep_subscriptions`]) makes
-/// Redis match, one channel at a time, in the order of the changes.
+/// The shard channels this replica subscribes to: one per name that the core listens to
+/// ([`StoreEvents::is_listened`]). One task ([`keep_subscriptions`]) makes Redis match, one
+/// channel at a time, in the order of the changes.
 struct Subscriptions {
     key_prefix: String,
-    wanted: Mutex<HashMap<String, usize>>,
-    /// Channels whose subscription failed and is being retried: wake-ups for them are lost, and
+    /// Names whose subscription failed and is being retried: wake-ups for them are lost, and
     /// the store is unhealthy until they succeed.
-    failing: Mutex<HashSet<String>>,
-    /// The channels subscribed now, as [`keep_subscriptions`] last confirmed them: what
-    /// [`LeaseStore::listening`] waits for.
-    subscribed: watch::Sender<HashSet<String>>,
+    failing: Mutex<HashSet<LeaseName>>,
     changes: mpsc::UnboundedSender<SubscriptionChange>,
 }
 
 /// What [`keep_subscriptions`] is asked to do.
 enum SubscriptionChange {
-    /// Bring this channel in line with what is wanted.
-    Channel(String),
+    /// Bring this name's channel in line with whether the name is listened to.
+    Name(LeaseName),
     /// The subscriber reconnected: the server forgot every subscription.
     Reconnected,
 }
 
 impl Subscriptions {
-    fn wanted(&self) -> MutexGuard<'_, HashMap<String, usize>> {
-        self.wanted.lock().expect("subscriptions lock poisoned")
-    }
-
-    fn failing(&self) -> MutexGuard<'_, HashSet<String>> {
+    fn failing(&self) -> MutexGuard<'_, HashSet<LeaseName>> {
         self.failing.lock().expect("subscriptions lock poisoned")
     }
 
@@ -455,94 +446,89 @@ impl Subscriptions {
             .strip_suffix("}:wake")
     }
 
-    /// Asks [`keep_subscriptions`] to bring `channel` in line with what is wanted.
-    fn reconcile(&self, channel: String) {
+    /// Asks [`keep_subscriptions`] to bring the channel of `name` in line with its listening.
+    fn reconcile(&self, name: LeaseName) {
         // Fails only when the store is being dropped.
-        let _ = self.changes.send(SubscriptionChange::Channel(channel));
+        let _ = self.changes.send(SubscriptionChange::Name(name));
     }
 }
 
-/// Subscribes to the channels of names with waiters or watchers here, and unsubscribes when the
-/// last one leaves. A failed subscription is retried until it succeeds or is no longer wanted;
-/// after each success the name's waiters re-read the queue and its watchers the holders, since
-/// a message published before it was missed.
+/// Subscribes to the channels of names listened to here, and unsubscribes when the last listener
+/// leaves. A failed subscription is retried until it succeeds or is no longer wanted; each
+/// success is reported ([`StoreEvents::delivering`]): the name's waiters re-read the queue and its
+/// watchers the holders, since a message published before it was missed.
 async fn keep_subscriptions(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
-    waiters: Arc<Waiters>,
-    watchers: Arc<Watchers>,
+    events: StoreEvents,
     mut changes: mpsc::UnboundedReceiver<SubscriptionChange>,
 ) {
-    let subscribed = &subscriptions.subscribed;
+    // The channels subscribed now, as far as this task knows.
+    let mut subscribed: HashSet<LeaseName> = HashSet::new();
     while let Some(change) = changes.recv().await {
-        let channel = match change {
-            SubscriptionChange::Channel(channel) => channel,
+        let name = match change {
+            SubscriptionChange::Name(name) => name,
             SubscriptionChange::Reconnected => {
-                subscribed.send_modify(HashSet::clear);
+                subscribed.clear();
                 continue;
             }
         };
-        let wanted = subscriptions.wanted().contains_key(&channel);
-        let is_subscribed = subscribed.borrow().contains(&channel);
+        let wanted = events.is_listened(&name);
+        let is_subscribed = subscribed.contains(&name);
+        let channel = subscriptions.channel(&name);
         if wanted && !is_subscribed {
             match subscriber.ssubscribe(channel.as_str()).await {
                 Ok(()) => {
-                    subscriptions.failing().remove(&channel);
-                    if let Some(name) = subscriptions.name_of(&channel) {
-                        waiters.moved(name);
-                        watchers.resync(name);
-                    }
-                    subscribed.send_modify(|subscribed| {
-                        subscribed.insert(channel);
-                    });
+                    subscriptions.failing().remove(&name);
+                    events.delivering(&name);
+                    subscribed.insert(name);
                 }
                 Err(error) => {
-                    if subscriptions.failing().insert(channel.clone())
+                    if subscriptions.failing().insert(name.clone())
                         && let Some(suppressed) = SUBSCRIBE_FAILED.admit()
                     {
                         tracing::warn!(suppressed, %channel, %error, "cannot subscribe to wake-ups; retrying");
                     }
-                    retry_later(&subscriptions, channel);
+                    retry_later(&subscriptions, name);
                 }
             }
         } else if !wanted && is_subscribed {
-            subscriptions.failing().remove(&channel);
+            subscriptions.failing().remove(&name);
             match subscriber.sunsubscribe(channel.as_str()).await {
                 Ok(()) => {
-                    subscribed.send_modify(|subscribed| {
-                        subscribed.remove(&channel);
-                    });
+                    events.not_delivering(&name);
+                    subscribed.remove(&name);
                 }
                 Err(error) => {
                     tracing::debug!(%channel, %error, "cannot unsubscribe; retrying");
-                    retry_later(&subscriptions, channel);
+                    retry_later(&subscriptions, name);
                 }
             }
         } else if !wanted {
-            subscriptions.failing().remove(&channel);
+            subscriptions.failing().remove(&name);
         }
     }
 }
 
-fn retry_later(subscriptions: &Arc<Subscriptions>, channel: String) {
+fn retry_later(subscriptions: &Arc<Subscriptions>, name: LeaseName) {
     let subscriptions = Arc::downgrade(subscriptions);
     tokio::spawn(async move {
         tokio::time::sleep(RESUBSCRIBE_DELAY).await;
         if let Some(subscriptions) = subscriptions.upgrade() {
-            subscriptions.reconcile(channel);
+            subscriptions.reconcile(name);
         }
     });
 }
 
 /// After every (re)connection of the subscriber and every Redis Cluster topology change (a slot
 /// that moves ends the subscriptions of its channels on the server): subscribe again to every
-/// wanted channel, and have every waiter re-read the queue and every watched name its holders
-/// (its watchers get a snapshot), since messages published meanwhile were missed.
+/// listened name's channel, and report the reconnect ([`StoreEvents::reconnected`]: every waiter
+/// re-reads the queue and every watched name its holders, since messages published meanwhile were
+/// missed).
 async fn resubscribe_on_connect(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
-    waiters: Arc<Waiters>,
-    watchers: Arc<Watchers>,
+    events: StoreEvents,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut reconnects = subscriber.reconnect_rx();
@@ -563,25 +549,19 @@ async fn resubscribe_on_connect(
         }
         // Fails only when the store is being dropped.
         let _ = subscriptions.changes.send(SubscriptionChange::Reconnected);
-        let wanted: Vec<String> = subscriptions.wanted().keys().cloned().collect();
-        for channel in wanted {
-            subscriptions.reconcile(channel);
+        for name in events.listened_names() {
+            subscriptions.reconcile(name);
         }
-        waiters.moved_everywhere();
-        // Attempts in flight across the reconnect may have run late, or not at all.
-        waiters.reconcile_everywhere();
-        watchers.resync_everywhere();
+        events.reconnected();
     }
 }
 
-/// Hands each message of a name's channel to this replica: wake-ups to its waiters (`w<entry>`
-/// wakes that entry, `m` has the name's waiters re-read their placements), changes of holder to
-/// its watchers.
-async fn wake_waiters(
+/// Reports each message of a name's channel: wake-ups (`w<entry>` wakes that entry, `m` has the
+/// name's waiters re-read their placements) and changes of holder.
+async fn report_messages(
     subscriber: SubscriberClient,
     subscriptions: Arc<Subscriptions>,
-    waiters: Arc<Waiters>,
-    watchers: Arc<Watchers>,
+    events: StoreEvents,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut messages = subscriber.message_rx();
@@ -595,9 +575,9 @@ async fn wake_waiters(
                     continue;
                 };
                 match Published::parse(&text) {
-                    Some(Published::Moved) => waiters.moved(name),
-                    Some(Published::Wake(entry)) => waiters.wake(name, entry),
-                    Some(Published::Changed(change)) => watchers.changed(name, change),
+                    Some(Published::Moved) => events.moved(name),
+                    Some(Published::Wake(entry)) => events.wake(name, entry),
+                    Some(Published::Changed(change)) => events.changed(name, change),
                     None => {
                         tracing::debug!(name, message = %text, "unknown message on a lease channel")
                     }
@@ -605,10 +585,7 @@ async fn wake_waiters(
             }
             // We fell behind and lost some messages: every name re-reads its queue, and every
             // watched name its holders.
-            Err(RecvError::Lagged(_)) => {
-                waiters.moved_everywhere();
-                watchers.resync_everywhere();
-            }
+            Err(RecvError::Lagged(_)) => events.resync_all(),
             Err(RecvError::Closed) => return,
         }
     }
@@ -731,7 +708,7 @@ impl LeaseStore for RedisStore {
                     ttl_ms.to_string(),
                     fence_ttl_ms.to_string(),
                     entry.unwrap_or_default().to_owned(),
-                    self.waiters.replica().to_owned(),
+                    self.events.replica().to_owned(),
                     REPLICA_TTL.as_millis().to_string(),
                     self.max_waiters_per_name.to_string(),
                     request.limit.to_string(),
@@ -803,7 +780,7 @@ impl LeaseStore for RedisStore {
         // replica, the reply reaches it sooner.
         let first = reply.string(1)?;
         if !first.is_empty() {
-            self.waiters.wake(name.as_str(), &first);
+            self.events.wake(name.as_str(), &first);
         }
         Ok(true)
     }
@@ -862,7 +839,7 @@ impl LeaseStore for RedisStore {
                 name,
                 &self.scripts.queued,
                 vec![keys.queue],
-                vec![self.waiters.replica().to_owned()],
+                vec![self.events.replica().to_owned()],
             )
             .await?;
         (0..reply.len()?).map(|index| reply.string(index)).collect()
@@ -871,7 +848,7 @@ impl LeaseStore for RedisStore {
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
         let keys = self.keys(name);
         let mut args = Vec::with_capacity(entries.len() + 2);
-        args.push(self.waiters.replica().to_owned());
+        args.push(self.events.replica().to_owned());
         args.push(REPLICA_TTL.as_millis().to_string());
         args.extend_from_slice(entries);
         let reply = self
@@ -890,49 +867,6 @@ impl LeaseStore for RedisStore {
             occupancy: reply.occupancy(0)?,
             positions,
         })
-    }
-
-    fn listen(&self, name: &LeaseName) {
-        let channel = self.subscriptions.channel(name);
-        let first = {
-            let mut wanted = self.subscriptions.wanted();
-            let count = wanted.entry(channel.clone()).or_insert(0);
-            *count += 1;
-            *count == 1
-        };
-        if first {
-            self.subscriptions.reconcile(channel);
-        }
-    }
-
-    async fn listening(&self, name: &LeaseName) {
-        let channel = self.subscriptions.channel(name);
-        let mut subscribed = self.subscriptions.subscribed.subscribe();
-        // Fails only when the store is being dropped.
-        let _ = subscribed
-            .wait_for(|subscribed| subscribed.contains(&channel))
-            .await;
-    }
-
-    fn unlisten(&self, name: &LeaseName) {
-        let channel = self.subscriptions.channel(name);
-        let last = {
-            let mut wanted = self.subscriptions.wanted();
-            match wanted.get_mut(&channel) {
-                Some(count) if *count > 1 => {
-                    *count -= 1;
-                    false
-                }
-                Some(_) => {
-                    wanted.remove(&channel);
-                    true
-                }
-                None => false,
-            }
-        };
-        if last {
-            self.subscriptions.reconcile(channel);
-        }
     }
 
     async fn ping(&self) -> Result<()> {
@@ -1006,21 +940,13 @@ impl LeaseStore for RedisStore {
                 &self.scripts.watching,
                 vec![keys.watchers],
                 vec![
-                    self.waiters.replica().to_owned(),
+                    self.events.replica().to_owned(),
                     if watching { "1" } else { "0" }.to_owned(),
                     WATCH_REGISTRATION_TTL.as_millis().to_string(),
                 ],
             )
             .await?;
         Ok(reply.integer()? == 1)
-    }
-
-    fn waiters(&self) -> &Arc<Waiters> {
-        &self.waiters
-    }
-
-    fn watchers(&self) -> &Arc<Watchers> {
-        &self.watchers
     }
 }
 
@@ -1659,9 +1585,7 @@ mod tests {
         let (changes, _) = mpsc::unbounded_channel();
         let subscriptions = Subscriptions {
             key_prefix: "leased:".into(),
-            wanted: Mutex::default(),
             failing: Mutex::default(),
-            subscribed: watch::Sender::default(),
             changes,
         };
         let name = crate::lease::limits::parse_name("jobs/nightly").unwrap();
