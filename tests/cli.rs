@@ -862,7 +862,7 @@ async fn counting_lease_holders_are_printed_escaped() {
         ]);
         assert!(output_of(acquire).status.success());
     }
-    // Each permit's record is "token expires_at ttl delay holder" (src/store/scripts/queue.lua).
+    // Each permit's record is "token expires_at ttl delay holder" (src/store/scripts/prelude.lua).
     let records = setup
         .redis
         .command(&["HGETALL", "leased:{cli/hostile-sem}:holders"]);

@@ -5,7 +5,7 @@
 
 mod events;
 pub mod limits;
-mod queue;
+mod waiters;
 pub mod waiting;
 pub mod watch;
 
@@ -14,8 +14,8 @@ use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 use crate::error::Result;
 pub use events::StoreEvents;
 pub use limits::Limits;
-pub use queue::Placement;
-pub(crate) use queue::Waiters;
+pub use waiters::Placement;
+pub(crate) use waiters::Waiters;
 pub(crate) use watch::Watchers;
 
 /// A validated lease name: 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`.
@@ -101,7 +101,7 @@ pub struct Grant {
 /// Who holds a lease (one permit of a counting lease) now, as anyone may see it (never the
 /// lease id).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HolderInfo {
+pub struct Holder {
     pub holder: String,
     /// 0 if unknown (a key written by something other than leased).
     pub fencing_token: u64,
@@ -137,7 +137,7 @@ impl Expiry {
 pub struct Occupancy {
     /// The permit that frees soonest (the holder, for an exclusive lease); `None` when no permit
     /// is taken.
-    pub holder: Option<HolderInfo>,
+    pub holder: Option<Holder>,
     /// Permits taken: held, or in their lock-delay.
     pub held: u32,
     /// The limit in force; 0 when no permit is taken.
@@ -176,12 +176,12 @@ pub struct Description {
     /// The limit in force; 0 when nobody holds the name.
     pub limit: u32,
     /// Every permit taken (held, or in its lock-delay), by increasing fencing token.
-    pub holders: Vec<HolderInfo>,
+    pub holders: Vec<Holder>,
     /// Callers waiting in the name's queue, on every replica.
     pub waiters: u32,
 }
 
-impl HolderInfo {
+impl Holder {
     /// `remaining_ms` as the proto carries it: -1 when the lease has no expiry.
     pub fn remaining_ms_or_minus_one(&self) -> i64 {
         self.expiry.map_or(-1, |expiry| expiry.remaining_ms)
@@ -306,7 +306,7 @@ impl ListPrefix {
 
 /// One held lease on a page of [`LeaseStore::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListedLease {
+pub struct DescribedLease {
     pub name: LeaseName,
     /// As `describe` answers; `holders` is never empty.
     pub description: Description,
@@ -314,8 +314,8 @@ pub struct ListedLease {
 
 /// One page of [`LeaseStore::list`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListPage {
-    pub leases: Vec<ListedLease>,
+pub struct LeasePage {
+    pub leases: Vec<DescribedLease>,
     /// Where the next page starts (opaque, made by the store); `None` when the listing is done.
     pub next_page_token: Option<String>,
 }
@@ -401,7 +401,7 @@ pub trait LeaseStore: Send + Sync + 'static {
         prefix: &ListPrefix,
         page_size: usize,
         page_token: Option<&str>,
-    ) -> impl Future<Output = Result<ListPage>> + Send;
+    ) -> impl Future<Output = Result<LeasePage>> + Send;
 
     /// Keeps this replica registered as watching `name` (`watching`), so that the store reports
     /// its changes ([`StoreEvents::changed`]), or unregisters it (`false`). Called about every second while

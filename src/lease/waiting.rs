@@ -12,7 +12,7 @@ use tokio::{
 
 use super::{
     AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, QueueStatus,
-    Replica, ValidatedAcquire, queue::Ticket,
+    Replica, ValidatedAcquire, waiters::Ticket,
 };
 use crate::{
     error::{Error, Result},
@@ -230,9 +230,15 @@ fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
     }
 }
 
-/// What a `Waiting` message told the caller: its position, the permits held, and the holder
-/// (name, token) of the permit that frees soonest. A change of any of them is sent again.
-type Shown = (u32, u32, Option<(String, u64)>);
+/// What a `Waiting` message told the caller. A change of any of it is sent again.
+#[derive(Debug, PartialEq, Eq)]
+struct Shown {
+    position: u32,
+    /// Permits held.
+    held: u32,
+    /// The holder string and token of the permit that frees soonest.
+    holder: Option<(String, u64)>,
+}
 
 /// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
 async fn wait_for_grant<S: LeaseStore>(
@@ -290,14 +296,14 @@ async fn wait_for_grant<S: LeaseStore>(
                 return Ok(Some(Terminal::NotGranted(placement.occupancy)));
             }
             let occupancy = &placement.occupancy;
-            let shown = (
-                placement.position,
-                occupancy.held,
-                occupancy
+            let shown = Shown {
+                position: placement.position,
+                held: occupancy.held,
+                holder: occupancy
                     .holder
                     .as_ref()
                     .map(|h| (h.holder.clone(), h.fencing_token)),
-            );
+            };
             if reported.as_ref() != Some(&shown) {
                 reported = Some(shown);
                 let waiting = AcquireEvent::Waiting(placement.clone());

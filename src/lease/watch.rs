@@ -23,7 +23,7 @@ use tokio::{
 };
 
 use super::{
-    ChangeCause, Description, Expiry, HolderInfo, LeaseChange, LeaseName, LeaseStore, Replica,
+    ChangeCause, Description, Expiry, Holder, LeaseChange, LeaseName, LeaseStore, Replica,
 };
 use crate::error::{Error, Result};
 
@@ -55,9 +55,9 @@ const EVENT_CAPACITY: usize = 64;
 /// queue is dropped and the task re-reads the name instead: its watchers get a snapshot.
 const MAX_PENDING_CHANGES: usize = 1024;
 
-/// Why a [`WatchEvent`] was sent.
+/// Why a [`WatchUpdate`] was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WatchCause {
+pub enum UpdateCause {
     /// The whole current state: first, and again whenever events may have been missed.
     Snapshot,
     Granted,
@@ -69,15 +69,15 @@ pub enum WatchCause {
 
 /// One event for one watcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WatchEvent {
-    pub cause: WatchCause,
+pub struct WatchUpdate {
+    pub cause: UpdateCause,
     /// The grant the event is about (snapshot: the holder with the smallest token; None when
     /// free).
-    pub subject: Option<HolderInfo>,
+    pub subject: Option<Holder>,
     /// Limit in force after the event (0 when nobody holds it).
     pub limit: u32,
     /// Every holder after the event, by increasing token (held = !holders.is_empty()).
-    pub holders: Vec<HolderInfo>,
+    pub holders: Vec<Holder>,
     /// For Revoked: the operator's reason.
     pub reason: String,
 }
@@ -127,7 +127,7 @@ impl NameWatch {
 enum Message {
     Event {
         seq: u64,
-        event: Arc<WatchEvent>,
+        event: Arc<WatchUpdate>,
     },
     /// A read of the name failed while no view was known: watchers still waiting for their first
     /// snapshot get this error.
@@ -250,7 +250,7 @@ impl Watchers {
 
     /// The view as watchers were last told, as a snapshot, and the number of the last event in
     /// it; `None` while the name's state is not known.
-    fn snapshot(&self, name: &str) -> Option<(u64, WatchEvent)> {
+    fn snapshot(&self, name: &str) -> Option<(u64, WatchUpdate)> {
         let (seq, view) = {
             let by_name = self.by_name();
             let watch = by_name.get(name)?;
@@ -277,7 +277,7 @@ impl Watchers {
     }
 
     /// Sends `event` (if any) to the watchers of `name`; `view` is the state after it.
-    fn publish(&self, name: &str, event: Option<WatchEvent>, view: &View) {
+    fn publish(&self, name: &str, event: Option<WatchUpdate>, view: &View) {
         let shown = Arc::new(view.clone());
         let mut by_name = self.by_name();
         let Some(watch) = by_name.get_mut(name) else {
@@ -342,7 +342,7 @@ pub struct Watch {
     seen: u64,
     phase: Phase,
     /// A snapshot to send before anything else.
-    ready: Option<WatchEvent>,
+    ready: Option<WatchUpdate>,
 }
 
 impl Watch {
@@ -358,7 +358,7 @@ impl Watch {
     /// The next event; the first is always a Snapshot. Err only if the first snapshot cannot be
     /// read (the store's error, e.g. Unavailable); later store trouble is retried inside and ends
     /// in a fresh Snapshot. Cancel-safe.
-    pub async fn next(&mut self) -> Result<WatchEvent> {
+    pub async fn next(&mut self) -> Result<WatchUpdate> {
         loop {
             if let Some(snapshot) = self.ready.take() {
                 self.phase = Phase::Live;
@@ -367,7 +367,7 @@ impl Watch {
             match self.events.recv().await {
                 Ok(Message::Event { seq, event }) => {
                     if self.phase != Phase::Live {
-                        if event.cause != WatchCause::Snapshot {
+                        if event.cause != UpdateCause::Snapshot {
                             continue;
                         }
                         self.phase = Phase::Live;
@@ -456,7 +456,7 @@ struct LocalExpiry {
 }
 
 /// The holder holds it: its TTL has not passed (it is not in its lock-delay).
-fn holds(info: &HolderInfo) -> bool {
+fn holds(info: &Holder) -> bool {
     info.expiry.is_none_or(|expiry| expiry.held_ms() > 0)
 }
 
@@ -465,7 +465,7 @@ fn millis(ms: i64) -> Duration {
 }
 
 impl Holding {
-    fn read(info: &HolderInfo, now: Instant) -> Self {
+    fn read(info: &Holder, now: Instant) -> Self {
         Holding {
             holder: info.holder.clone(),
             expiry: info.expiry.map(|expiry| LocalExpiry {
@@ -478,8 +478,8 @@ impl Holding {
     }
 
     /// As an event shows it, with the time left as of `now`.
-    fn info(&self, fencing_token: u64, now: Instant) -> HolderInfo {
-        HolderInfo {
+    fn info(&self, fencing_token: u64, now: Instant) -> Holder {
+        Holder {
             holder: self.holder.clone(),
             fencing_token,
             expiry: self.expiry.map(|expiry| {
@@ -520,17 +520,17 @@ impl View {
 
     fn event(
         &self,
-        cause: WatchCause,
-        subject: Option<HolderInfo>,
+        cause: UpdateCause,
+        subject: Option<Holder>,
         reason: String,
         now: Instant,
-    ) -> WatchEvent {
-        let holders: Vec<HolderInfo> = self
+    ) -> WatchUpdate {
+        let holders: Vec<Holder> = self
             .holders
             .iter()
             .map(|(token, holding)| holding.info(*token, now))
             .collect();
-        WatchEvent {
+        WatchUpdate {
             cause,
             subject,
             limit: if holders.is_empty() { 0 } else { self.limit },
@@ -539,10 +539,10 @@ impl View {
         }
     }
 
-    fn snapshot(&self, now: Instant) -> WatchEvent {
+    fn snapshot(&self, now: Instant) -> WatchUpdate {
         let first = self.holders.iter().next();
         let subject = first.map(|(token, holding)| holding.info(*token, now));
-        self.event(WatchCause::Snapshot, subject, String::new(), now)
+        self.event(UpdateCause::Snapshot, subject, String::new(), now)
     }
 
     /// The same grants (tokens and holders) under the same limit.
@@ -574,7 +574,7 @@ struct Tender<'a> {
 }
 
 impl Tender<'_> {
-    fn emit(&self, cause: WatchCause, subject: Option<HolderInfo>, reason: String, now: Instant) {
+    fn emit(&self, cause: UpdateCause, subject: Option<Holder>, reason: String, now: Instant) {
         let event = self.view.event(cause, subject, reason, now);
         self.watchers.publish(self.name, Some(event), &self.view);
     }
@@ -600,8 +600,8 @@ impl Tender<'_> {
             }
             ChangeCause::Released | ChangeCause::Revoked => {
                 let cause = match change.cause {
-                    ChangeCause::Revoked => WatchCause::Revoked,
-                    _ => WatchCause::Released,
+                    ChangeCause::Revoked => UpdateCause::Revoked,
+                    _ => UpdateCause::Released,
                 };
                 if let Some(expiry) = self
                     .view
@@ -624,7 +624,7 @@ impl Tender<'_> {
         if limit != self.view.limit {
             let ended: Vec<u64> = self.view.holders.keys().copied().collect();
             for ended in ended {
-                self.end(ended, WatchCause::Expired, String::new(), now);
+                self.end(ended, UpdateCause::Expired, String::new(), now);
             }
         }
         while self.view.holders.len() >= limit.max(1) as usize {
@@ -636,16 +636,16 @@ impl Tender<'_> {
                 .map(|(token, _)| *token);
             // No expiry sorts first: a key without one that a grant replaced is gone too.
             let Some(ended) = soonest else { break };
-            self.end(ended, WatchCause::Expired, String::new(), now);
+            self.end(ended, UpdateCause::Expired, String::new(), now);
         }
         self.view.limit = limit;
         let subject = holding.info(token, now);
         self.view.holders.insert(token, holding);
-        self.emit(WatchCause::Granted, Some(subject), String::new(), now);
+        self.emit(UpdateCause::Granted, Some(subject), String::new(), now);
     }
 
     /// `token` ended (if it is in the view).
-    fn end(&mut self, token: u64, cause: WatchCause, reason: String, now: Instant) {
+    fn end(&mut self, token: u64, cause: UpdateCause, reason: String, now: Instant) {
         if let Some(holding) = self.view.holders.remove(&token) {
             let subject = holding.info(token, now);
             self.emit(cause, Some(subject), reason, now);
@@ -676,7 +676,7 @@ impl Tender<'_> {
     /// expired if the store's message does not come within [`RELEASE_GRACE`]); grants the store
     /// shows that no message reported yet are granted (the message, when it comes, is old news).
     fn check_expiries(&mut self, description: &Description, max_before: u64, now: Instant) {
-        let read: HashMap<u64, &HolderInfo> = description
+        let read: HashMap<u64, &Holder> = description
             .holders
             .iter()
             .map(|info| (info.fencing_token, info))
@@ -694,18 +694,18 @@ impl Tender<'_> {
             match read.get(&token) {
                 Some(info) if holds(info) => *holding = Holding::read(info, now),
                 // The store says its TTL passed (it may be in its lock-delay).
-                Some(_) => self.end(token, WatchCause::Expired, String::new(), now),
+                Some(_) => self.end(token, UpdateCause::Expired, String::new(), now),
                 None => {
                     let deadline_passed =
                         holding.expiry.is_some_and(|expiry| expiry.deadline <= now);
                     let gone_since = *holding.gone_since.get_or_insert(now);
                     if deadline_passed || now >= gone_since + RELEASE_GRACE {
-                        self.end(token, WatchCause::Expired, String::new(), now);
+                        self.end(token, UpdateCause::Expired, String::new(), now);
                     }
                 }
             }
         }
-        let unreported: Vec<&HolderInfo> = description
+        let unreported: Vec<&Holder> = description
             .holders
             .iter()
             .filter(|info| info.fencing_token > self.view.max_token && holds(info))
@@ -858,7 +858,7 @@ mod tests {
     use super::*;
     use crate::{
         lease::{
-            AcquireOutcome, Grant, LeaseId, Limits, ListPage, ListPrefix, QueueStatus,
+            AcquireOutcome, Grant, LeaseId, LeasePage, Limits, ListPrefix, QueueStatus,
             RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::AcquireFields,
         },
         store::{MemoryStore, memory::test_replica},
@@ -897,7 +897,7 @@ mod tests {
     }
 
     /// The next event, which must come within a minute (of the paused clock).
-    async fn next(watch: &mut Watch) -> WatchEvent {
+    async fn next(watch: &mut Watch) -> WatchUpdate {
         tokio::time::timeout(Duration::from_secs(60), watch.next())
             .await
             .expect("no event within a minute")
@@ -905,7 +905,7 @@ mod tests {
     }
 
     /// The next event, which must have this cause and be about this token.
-    async fn expect(watch: &mut Watch, cause: WatchCause, token: u64) -> WatchEvent {
+    async fn expect(watch: &mut Watch, cause: UpdateCause, token: u64) -> WatchUpdate {
         let event = next(watch).await;
         assert_eq!(event.cause, cause, "{event:?}");
         assert_eq!(event.subject.as_ref().map(|s| s.fencing_token), Some(token));
@@ -919,7 +919,7 @@ mod tests {
         }
     }
 
-    fn tokens(event: &WatchEvent) -> Vec<u64> {
+    fn tokens(event: &WatchUpdate) -> Vec<u64> {
         event.holders.iter().map(|h| h.fencing_token).collect()
     }
 
@@ -928,7 +928,7 @@ mod tests {
         let store = test_replica(16);
         let mut watch = Watch::start(&store, name());
         let free = next(&mut watch).await;
-        assert_eq!(free.cause, WatchCause::Snapshot);
+        assert_eq!(free.cause, UpdateCause::Snapshot);
         assert_eq!((free.subject, free.limit, free.holders.len()), (None, 0, 0));
 
         let (_, grant) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
@@ -936,7 +936,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         let mut late = Watch::start(&store, name());
         let held = next(&mut late).await;
-        assert_eq!(held.cause, WatchCause::Snapshot);
+        assert_eq!(held.cause, UpdateCause::Snapshot);
         let subject = held.subject.clone().expect("a holder");
         assert_eq!(
             (subject.holder.as_str(), subject.fencing_token),
@@ -945,7 +945,7 @@ mod tests {
         assert_eq!(subject.expiry.unwrap().remaining_ms, 9_999);
         assert_eq!((held.limit, tokens(&held)), (1, vec![grant.fencing_token]));
         // The first watcher saw the grant as it happened.
-        expect(&mut watch, WatchCause::Granted, grant.fencing_token).await;
+        expect(&mut watch, UpdateCause::Granted, grant.fencing_token).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -955,22 +955,22 @@ mod tests {
         next(&mut watch).await;
 
         let (alpha_id, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
-        let granted = expect(&mut watch, WatchCause::Granted, alpha.fencing_token).await;
+        let granted = expect(&mut watch, UpdateCause::Granted, alpha.fencing_token).await;
         assert_eq!(
             (granted.limit, tokens(&granted)),
             (1, vec![alpha.fencing_token])
         );
         assert!(store.release(&name(), &alpha_id).await.unwrap());
-        let released = expect(&mut watch, WatchCause::Released, alpha.fencing_token).await;
+        let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
         assert_eq!((released.limit, released.holders.len()), (0, 0));
 
         let (_, beta) = take(&*store, &request("beta", 10_000, 1, 0)).await;
         assert!(beta.fencing_token > alpha.fencing_token);
-        let granted = expect(&mut watch, WatchCause::Granted, beta.fencing_token).await;
+        let granted = expect(&mut watch, UpdateCause::Granted, beta.fencing_token).await;
         assert_eq!(granted.subject.unwrap().holder, "beta");
         let revoked = store.revoke(&name(), None, "wedged").await.unwrap();
         assert_eq!(revoked.len(), 1);
-        let event = expect(&mut watch, WatchCause::Revoked, beta.fencing_token).await;
+        let event = expect(&mut watch, UpdateCause::Revoked, beta.fencing_token).await;
         assert_eq!((event.reason.as_str(), event.holders.len()), ("wedged", 0));
         assert_quiet(&mut watch, Duration::from_secs(30)).await;
     }
@@ -983,8 +983,8 @@ mod tests {
         let start = Instant::now();
         let (_, alpha) = take(&*store, &request("alpha", 1_000, 1, 500)).await;
         let mut watch = Watch::start(&store, name());
-        expect(&mut watch, WatchCause::Snapshot, alpha.fencing_token).await;
-        let expired = expect(&mut watch, WatchCause::Expired, alpha.fencing_token).await;
+        expect(&mut watch, UpdateCause::Snapshot, alpha.fencing_token).await;
+        let expired = expect(&mut watch, UpdateCause::Expired, alpha.fencing_token).await;
         let at = Instant::now() - start;
         assert!(
             at >= Duration::from_millis(1_000) && at < Duration::from_millis(1_050),
@@ -995,7 +995,7 @@ mod tests {
 
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (_, beta) = take(&*store, &request("beta", 1_000, 1, 0)).await;
-        expect(&mut watch, WatchCause::Granted, beta.fencing_token).await;
+        expect(&mut watch, UpdateCause::Granted, beta.fencing_token).await;
     }
 
     /// An exclusive lease that expires and is taken at once by a waiter: EXPIRED, then GRANTED.
@@ -1008,8 +1008,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         // Taken the instant it expires, before the watch's timer has run.
         let (_, beta) = take(&*store, &request("beta", 1_000, 1, 0)).await;
-        expect(&mut watch, WatchCause::Expired, alpha.fencing_token).await;
-        let granted = expect(&mut watch, WatchCause::Granted, beta.fencing_token).await;
+        expect(&mut watch, UpdateCause::Expired, alpha.fencing_token).await;
+        let granted = expect(&mut watch, UpdateCause::Granted, beta.fencing_token).await;
         assert_eq!(tokens(&granted), vec![beta.fencing_token]);
     }
 
@@ -1025,7 +1025,7 @@ mod tests {
             assert!(matches!(renewed, RenewOutcome::Renewed { .. }));
         }
         assert!(store.release(&name(), &alpha_id).await.unwrap());
-        expect(&mut watch, WatchCause::Released, alpha.fencing_token).await;
+        expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
     }
 
     /// A grant reported again, or late (its token not above what the watch knows), is no event.
@@ -1035,7 +1035,7 @@ mod tests {
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
         let (alpha_id, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
-        expect(&mut watch, WatchCause::Granted, alpha.fencing_token).await;
+        expect(&mut watch, UpdateCause::Granted, alpha.fencing_token).await;
         for token in [alpha.fencing_token, alpha.fencing_token - 1] {
             let stale = LeaseChange {
                 cause: ChangeCause::Granted,
@@ -1061,7 +1061,7 @@ mod tests {
         store.watchers().changed(NAME, unknown);
         assert_quiet(&mut watch, Duration::from_secs(1)).await;
         assert!(store.release(&name(), &alpha_id).await.unwrap());
-        let released = expect(&mut watch, WatchCause::Released, alpha.fencing_token).await;
+        let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
         assert_eq!(released.subject.unwrap().holder, "alpha");
     }
 
@@ -1074,12 +1074,12 @@ mod tests {
         let mut grants = Vec::new();
         for (index, holder) in ["a", "b", "c"].into_iter().enumerate() {
             let (lease_id, grant) = take(&*store, &request(holder, 10_000, 3, 0)).await;
-            let event = expect(&mut watch, WatchCause::Granted, grant.fencing_token).await;
+            let event = expect(&mut watch, UpdateCause::Granted, grant.fencing_token).await;
             assert_eq!((event.limit, event.holders.len()), (3, index + 1));
             grants.push((lease_id, grant));
         }
         assert!(store.release(&name(), &grants[1].0).await.unwrap());
-        let released = expect(&mut watch, WatchCause::Released, grants[1].1.fencing_token).await;
+        let released = expect(&mut watch, UpdateCause::Released, grants[1].1.fencing_token).await;
         assert_eq!(
             tokens(&released),
             vec![grants[0].1.fencing_token, grants[2].1.fencing_token]
@@ -1089,7 +1089,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(revoked.len(), 1);
-        let event = expect(&mut watch, WatchCause::Revoked, grants[2].1.fencing_token).await;
+        let event = expect(&mut watch, UpdateCause::Revoked, grants[2].1.fencing_token).await;
         assert_eq!(
             (event.limit, tokens(&event)),
             (3, vec![grants[0].1.fencing_token])
@@ -1108,19 +1108,19 @@ mod tests {
         let mut last = None;
         for round in 0..100 {
             let (lease_id, grant) = take(&*store, &request("busy", 10_000, 1, 0)).await;
-            expect(&mut fast, WatchCause::Granted, grant.fencing_token).await;
+            expect(&mut fast, UpdateCause::Granted, grant.fencing_token).await;
             if round < 99 {
                 assert!(store.release(&name(), &lease_id).await.unwrap());
-                expect(&mut fast, WatchCause::Released, grant.fencing_token).await;
+                expect(&mut fast, UpdateCause::Released, grant.fencing_token).await;
             }
             last = Some((lease_id, grant));
         }
         let (last_id, last) = last.unwrap();
-        let snapshot = expect(&mut slow, WatchCause::Snapshot, last.fencing_token).await;
+        let snapshot = expect(&mut slow, UpdateCause::Snapshot, last.fencing_token).await;
         assert_eq!(tokens(&snapshot), vec![last.fencing_token]);
         assert!(store.release(&name(), &last_id).await.unwrap());
-        expect(&mut slow, WatchCause::Released, last.fencing_token).await;
-        expect(&mut fast, WatchCause::Released, last.fencing_token).await;
+        expect(&mut slow, UpdateCause::Released, last.fencing_token).await;
+        expect(&mut fast, UpdateCause::Released, last.fencing_token).await;
     }
 
     /// The tending task and the name's entry go when the last watcher leaves; watching again
@@ -1143,7 +1143,7 @@ mod tests {
 
         let (_, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
         let mut again = Watch::start(&store, name());
-        expect(&mut again, WatchCause::Snapshot, alpha.fencing_token).await;
+        expect(&mut again, UpdateCause::Snapshot, alpha.fencing_token).await;
         drop(again);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!store.watchers().is_tended(NAME));
@@ -1160,7 +1160,7 @@ mod tests {
         store.watchers().resync(NAME);
         assert_quiet(&mut watch, Duration::from_secs(1)).await;
         store.watchers().resync_everywhere();
-        expect(&mut watch, WatchCause::Snapshot, alpha.fencing_token).await;
+        expect(&mut watch, UpdateCause::Snapshot, alpha.fencing_token).await;
     }
 
     /// A [`MemoryStore`] whose reads can fail, and which can keep its changes from the watchers
@@ -1246,7 +1246,7 @@ mod tests {
             prefix: &ListPrefix,
             page_size: usize,
             page_token: Option<&str>,
-        ) -> Result<ListPage> {
+        ) -> Result<LeasePage> {
             self.store.list(prefix, page_size, page_token).await
         }
 
@@ -1274,7 +1274,7 @@ mod tests {
         store.fail(false);
         let mut again = Watch::start(&store, name());
         let snapshot = next(&mut again).await;
-        assert_eq!(snapshot.cause, WatchCause::Snapshot);
+        assert_eq!(snapshot.cause, UpdateCause::Snapshot);
     }
 
     /// Reads failing while watching are retried; what changed meanwhile arrives as a snapshot.
@@ -1290,7 +1290,7 @@ mod tests {
         assert_quiet(&mut watch, Duration::from_secs(1)).await;
         let outage_over = Instant::now();
         store.fail(false);
-        expect(&mut watch, WatchCause::Snapshot, alpha.fencing_token).await;
+        expect(&mut watch, UpdateCause::Snapshot, alpha.fencing_token).await;
         assert!(Instant::now() - outage_over <= READ_RETRY);
     }
 
@@ -1313,10 +1313,10 @@ mod tests {
         assert!(store.release(&name(), &alpha_id).await.unwrap());
         let (_, gamma) = take(&*store, &request("gamma", 5_000, 2, 0)).await;
 
-        expect(&mut watch, WatchCause::Expired, beta.fencing_token).await;
+        expect(&mut watch, UpdateCause::Expired, beta.fencing_token).await;
         assert_eq!(Instant::now() - start, Duration::from_millis(500));
-        expect(&mut watch, WatchCause::Granted, gamma.fencing_token).await;
-        expect(&mut watch, WatchCause::Expired, alpha.fencing_token).await;
+        expect(&mut watch, UpdateCause::Granted, gamma.fencing_token).await;
+        expect(&mut watch, UpdateCause::Expired, alpha.fencing_token).await;
         assert_eq!(
             Instant::now() - start,
             Duration::from_millis(500) + RELEASE_GRACE
@@ -1333,7 +1333,7 @@ mod tests {
         let mut watch = Watch::start(&store, name());
         next(&mut watch).await;
         assert!(store.release(&name(), &alpha_id).await.unwrap());
-        expect(&mut watch, WatchCause::Expired, beta.fencing_token).await;
+        expect(&mut watch, UpdateCause::Expired, beta.fencing_token).await;
         tokio::time::sleep(RELEASE_GRACE / 2).await;
         let report = LeaseChange {
             cause: ChangeCause::Released,
@@ -1345,7 +1345,7 @@ mod tests {
             reason: String::new(),
         };
         store.watchers().changed(NAME, report);
-        let released = expect(&mut watch, WatchCause::Released, alpha.fencing_token).await;
+        let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
         assert!(released.holders.is_empty());
         assert_quiet(&mut watch, Duration::from_secs(5)).await;
     }
@@ -1364,7 +1364,7 @@ mod tests {
                 let mut last_granted = 0;
                 while causes.len() < 1 + 2 * CYCLES {
                     let event = next(&mut watch).await;
-                    if event.cause == WatchCause::Granted {
+                    if event.cause == UpdateCause::Granted {
                         let token = event.subject.as_ref().unwrap().fencing_token;
                         assert!(token > last_granted);
                         last_granted = token;
@@ -1380,9 +1380,9 @@ mod tests {
             assert!(store.release(&name(), &lease_id).await.unwrap());
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let mut expected = vec![WatchCause::Snapshot];
+        let mut expected = vec![UpdateCause::Snapshot];
         for _ in 0..CYCLES {
-            expected.extend([WatchCause::Granted, WatchCause::Released]);
+            expected.extend([UpdateCause::Granted, UpdateCause::Released]);
         }
         for reader in readers {
             assert_eq!(reader.await.unwrap(), expected);

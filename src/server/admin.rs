@@ -15,7 +15,7 @@ use super::{
 use crate::{
     error::Result,
     lease::{
-        LeaseStore, ListedLease, Replica,
+        DescribedLease, LeaseStore, Replica,
         limits::{parse_list_prefix, parse_name, parse_page_size, parse_reason},
     },
     proto::{
@@ -164,7 +164,7 @@ impl Caller {
     }
 }
 
-fn lease_info(lease: ListedLease) -> LeaseInfo {
+fn lease_info(lease: DescribedLease) -> LeaseInfo {
     let description = lease.description;
     let holders: Vec<_> = description.holders.into_iter().map(holder_info).collect();
     // Fields 2 to 5 are the holder with the smallest token, as in Describe.

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     lease::{
-        Description, HolderInfo, LeaseName, LeaseStore, Limits, Replica,
+        Description, Holder, LeaseName, LeaseStore, Limits, Replica,
         limits::{parse_fencing_token, parse_lease_id, parse_name},
     },
     proto::{
@@ -246,7 +246,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 }
 
 /// A holder as the proto shows it (never its lease id).
-pub(super) fn holder_info(holder: HolderInfo) -> proto::HolderInfo {
+pub(super) fn holder_info(holder: Holder) -> proto::HolderInfo {
     proto::HolderInfo {
         remaining_ms: holder.remaining_ms_or_minus_one(),
         expires_at: holder
@@ -260,7 +260,7 @@ pub(super) fn holder_info(holder: HolderInfo) -> proto::HolderInfo {
 /// CheckToken's answer from a description: a grant in its lock-delay has expired, so it is
 /// neither current nor held.
 fn check_token(description: &Description, token: u64) -> CheckTokenResponse {
-    let holding = |holder: &&HolderInfo| holder.expiry.is_none_or(|expiry| expiry.held_ms() > 0);
+    let holding = |holder: &&Holder| holder.expiry.is_none_or(|expiry| expiry.held_ms() > 0);
     let current = description
         .holders
         .iter()
@@ -284,8 +284,8 @@ mod tests {
     use super::*;
     use crate::lease::Expiry;
 
-    fn holder(token: u64, remaining_ms: i64, lock_delay_ms: i64) -> HolderInfo {
-        HolderInfo {
+    fn holder(token: u64, remaining_ms: i64, lock_delay_ms: i64) -> Holder {
+        Holder {
             holder: format!("h{token}"),
             fencing_token: token,
             expiry: Some(Expiry {

@@ -16,7 +16,7 @@ use crate::{
     lease::{
         LeaseName, LeaseStore,
         limits::parse_name,
-        watch::{Watch, WatchCause},
+        watch::{UpdateCause, Watch},
     },
     proto::{self, WatchRequest, watch_event::Cause},
 };
@@ -66,13 +66,13 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
     }
 }
 
-fn to_proto(name: &LeaseName, event: crate::lease::watch::WatchEvent) -> proto::WatchEvent {
+fn to_proto(name: &LeaseName, event: crate::lease::watch::WatchUpdate) -> proto::WatchEvent {
     let cause = match event.cause {
-        WatchCause::Snapshot => Cause::Snapshot,
-        WatchCause::Granted => Cause::Granted,
-        WatchCause::Released => Cause::Released,
-        WatchCause::Expired => Cause::Expired,
-        WatchCause::Revoked => Cause::Revoked,
+        UpdateCause::Snapshot => Cause::Snapshot,
+        UpdateCause::Granted => Cause::Granted,
+        UpdateCause::Released => Cause::Released,
+        UpdateCause::Expired => Cause::Expired,
+        UpdateCause::Revoked => Cause::Revoked,
     };
     let subject = event.subject.map(holder_info).unwrap_or_default();
     proto::WatchEvent {

@@ -16,8 +16,8 @@ use crate::lease::Replica;
 use crate::{
     error::Result,
     lease::{
-        AcquireOutcome, ChangeCause, Description, Expiry, Grant, HolderInfo, LeaseChange,
-        LeaseGone, LeaseId, LeaseName, LeaseStore, ListPage, ListPrefix, ListedLease, Occupancy,
+        AcquireOutcome, ChangeCause, DescribedLease, Description, Expiry, Grant, Holder,
+        LeaseChange, LeaseGone, LeaseId, LeaseName, LeasePage, LeaseStore, ListPrefix, Occupancy,
         QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
     },
 };
@@ -106,12 +106,12 @@ impl HeldLease {
         }
     }
 
-    fn info(&self, now: Instant) -> HolderInfo {
+    fn info(&self, now: Instant) -> Holder {
         let frees_at = self.expires_at + self.lock_delay;
         // Rounded up: `held_ms() > 0` exactly while `is_held`, so that a watcher timing the
         // expiry never calls a lease expired that can still be renewed.
         let remaining = frees_at.saturating_duration_since(now).as_nanos();
-        HolderInfo {
+        Holder {
             holder: self.holder.clone(),
             fencing_token: self.fencing_token,
             expiry: Some(Expiry {
@@ -624,7 +624,7 @@ impl LeaseStore for MemoryStore {
         prefix: &ListPrefix,
         page_size: usize,
         page_token: Option<&str>,
-    ) -> Result<ListPage> {
+    ) -> Result<LeasePage> {
         let after = page_token
             .map(|token| parse_page_token(token, prefix))
             .transpose()?;
@@ -647,14 +647,14 @@ impl LeaseStore for MemoryStore {
             let description = state.describe(name, now);
             // Names come from validated requests; one that does not parse cannot be listed.
             if let (false, Ok(name)) = (description.holders.is_empty(), parse_name(name)) {
-                leases.push(ListedLease { name, description });
+                leases.push(DescribedLease { name, description });
             }
             if leases.len() >= page_size || looked_at + 1 >= MAX_NAMES_PER_PAGE {
                 break;
             }
         }
         let more = names.next().is_some();
-        Ok(ListPage {
+        Ok(LeasePage {
             leases,
             next_page_token: last_name
                 .filter(|_| more)

@@ -36,8 +36,8 @@ use super::{from_hex, invalid_page_token, to_hex};
 use crate::{
     error::{Error, Result, StartupError},
     lease::{
-        AcquireOutcome, ChangeCause, Description, Expiry, Grant, HolderInfo, LeaseChange,
-        LeaseGone, LeaseId, LeaseName, LeaseStore, ListPage, ListPrefix, ListedLease, Occupancy,
+        AcquireOutcome, ChangeCause, DescribedLease, Description, Expiry, Grant, Holder,
+        LeaseChange, LeaseGone, LeaseId, LeaseName, LeasePage, LeaseStore, ListPrefix, Occupancy,
         QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
         waiting::TEND_INTERVAL, watch::WATCH_KEEPALIVE,
     },
@@ -46,7 +46,7 @@ use crate::{
 };
 
 /// The owner hash, which holds a name's fencing counter, outlives its leases by at least this long
-/// (twice the TTL for longer ones); if it expires anyway, the clock floor in `queue.lua` keeps
+/// (twice the TTL for longer ones); if it expires anyway, the clock floor in `prelude.lua` keeps
 /// tokens increasing.
 const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -112,7 +112,7 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
 }
 
-/// The Lua scripts, one per atomic operation. Each but `queued.lua` starts with `queue.lua`,
+/// The Lua scripts, one per atomic operation. Each but `queued.lua` starts with `prelude.lua`,
 /// which holds their shared functions (the queue, the holders, tokens).
 struct Scripts {
     acquire: Script,
@@ -126,10 +126,10 @@ struct Scripts {
     watching: Script,
 }
 
-macro_rules! queue_script {
+macro_rules! with_prelude {
     ($file:literal) => {
         Script::from_lua(concat!(
-            include_str!("scripts/queue.lua"),
+            include_str!("scripts/prelude.lua"),
             include_str!($file)
         ))
     };
@@ -138,15 +138,15 @@ macro_rules! queue_script {
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            acquire: queue_script!("scripts/acquire.lua"),
-            renew: queue_script!("scripts/renew.lua"),
-            release: queue_script!("scripts/release.lua"),
-            describe: queue_script!("scripts/describe.lua"),
-            leave: queue_script!("scripts/leave.lua"),
+            acquire: with_prelude!("scripts/acquire.lua"),
+            renew: with_prelude!("scripts/renew.lua"),
+            release: with_prelude!("scripts/release.lua"),
+            describe: with_prelude!("scripts/describe.lua"),
+            leave: with_prelude!("scripts/leave.lua"),
             queued: Script::from_lua(include_str!("scripts/queued.lua")),
-            status: queue_script!("scripts/status.lua"),
-            revoke: queue_script!("scripts/revoke.lua"),
-            watching: queue_script!("scripts/watching.lua"),
+            status: with_prelude!("scripts/status.lua"),
+            revoke: with_prelude!("scripts/revoke.lua"),
+            watching: with_prelude!("scripts/watching.lua"),
         }
     }
 }
@@ -169,7 +169,7 @@ pub struct RedisStore {
 /// Built for every request (public for the micro-benchmarks in `benches/hot_paths.rs`).
 pub struct LeaseKeys {
     lease: String,
-    /// The name's fencing counter and its exclusive grant (queue.lua).
+    /// The name's fencing counter and its exclusive grant (prelude.lua).
     owner: String,
     queue: String,
     replicas: String,
@@ -591,7 +591,7 @@ async fn report_messages(
     }
 }
 
-/// One message on a name's shard channel, as the scripts publish it (queue.lua).
+/// One message on a name's shard channel, as the scripts publish it (prelude.lua).
 #[derive(Debug, PartialEq, Eq)]
 enum Published<'a> {
     /// `w<entry>`: a free permit goes to this queue entry.
@@ -924,7 +924,7 @@ impl LeaseStore for RedisStore {
         prefix: &ListPrefix,
         page_size: usize,
         page_token: Option<&str>,
-    ) -> Result<ListPage> {
+    ) -> Result<LeasePage> {
         let resume = page_token
             .map(|token| PageToken::parse(token, prefix))
             .transpose()?;
@@ -965,7 +965,7 @@ impl RedisStore {
         prefix: &ListPrefix,
         page_size: usize,
         resume: Option<PageToken>,
-    ) -> Result<ListPage> {
+    ) -> Result<LeasePage> {
         let masters = self.masters()?;
         let pattern = scan_pattern(&self.key_prefix, prefix);
         let (mut next, mut pending) = match resume {
@@ -1014,7 +1014,7 @@ impl RedisStore {
             next: next.map(|(index, cursor)| (masters[index].first_slot, cursor)),
             pending,
         };
-        Ok(ListPage {
+        Ok(LeasePage {
             leases,
             next_page_token: (token.next.is_some() || !token.pending.is_empty())
                 .then(|| token.encode(prefix)),
@@ -1119,7 +1119,7 @@ impl RedisStore {
         &self,
         names: &[(LeaseName, KeyKinds)],
         page_size: usize,
-        leases: &mut Vec<ListedLease>,
+        leases: &mut Vec<DescribedLease>,
     ) -> Result<usize> {
         if leases.len() >= page_size {
             return Ok(0);
@@ -1144,7 +1144,7 @@ impl RedisStore {
                 Err(error) => return Err(error),
             };
             if kinds.lists(&description) {
-                leases.push(ListedLease {
+                leases.push(DescribedLease {
                     name: name.clone(),
                     description,
                 });
@@ -1401,7 +1401,7 @@ fn is_transient(error: &RedisError) -> bool {
     }
 }
 
-/// The fields of `occupancy()` in queue.lua, as the scripts reply them.
+/// The fields of `occupancy()` in prelude.lua, as the scripts reply them.
 const OCCUPANCY_FIELDS: usize = 8;
 
 /// The fields of one holder in the scripts' replies: `holder, token, remaining_ms,
@@ -1517,11 +1517,11 @@ impl Reply<'_> {
 
     /// Reads the [`HOLDER_FIELDS`] `holder, token, remaining_ms, expires_at_ms, lock_delay_ms`
     /// starting at `index`; the scripts send -1, -1 for a key without expiry.
-    fn holder(&self, index: usize) -> Result<HolderInfo> {
+    fn holder(&self, index: usize) -> Result<Holder> {
         let remaining_ms = self.int(index + 2)?;
         let at_unix_ms = self.int(index + 3)?;
         let lock_delay_ms = self.int(index + 4)?;
-        Ok(HolderInfo {
+        Ok(Holder {
             holder: self.string(index)?,
             fencing_token: self.token(index + 1)?,
             expiry: (remaining_ms >= 0 && at_unix_ms >= 0).then_some(Expiry {
@@ -1532,7 +1532,7 @@ impl Reply<'_> {
         })
     }
 
-    /// Reads the [`OCCUPANCY_FIELDS`] of `occupancy()` in queue.lua starting at `index`:
+    /// Reads the [`OCCUPANCY_FIELDS`] of `occupancy()` in prelude.lua starting at `index`:
     /// `taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms` (`held` 0:
     /// no permit is taken, and the holder fields are zeros).
     fn occupancy(&self, index: usize) -> Result<Occupancy> {
@@ -1783,7 +1783,7 @@ mod tests {
     /// A lease is listed through the key of its kind only, and only while someone holds it.
     #[test]
     fn leases_are_listed_through_the_key_of_their_kind() {
-        let holder = HolderInfo {
+        let holder = Holder {
             holder: "h".into(),
             fencing_token: 1,
             expiry: None,

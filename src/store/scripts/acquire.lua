@@ -1,17 +1,17 @@
 -- acquire: grant a lease (a permit of a counting lease) if one is free (or left expired by a crashed
 -- client) and nobody ahead in its queue is to take it, with a new fencing token; otherwise answer
--- who holds it and, for a caller that waits, queue it (or keep its place). Prepended with queue.lua.
+-- who holds it and, for a caller that waits, queue it (or keep its place). Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs
 --                                   with the lease, lock-delay included
 -- KEYS[2]  <prefix>{name}:owner     hash: the name's last fencing token, and the grant of an
---                                   exclusive lease (queue.lua); kept for the fence TTL, past
+--                                   exclusive lease (prelude.lua); kept for the fence TTL, past
 --                                   the lease
--- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (queue.lua)
--- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline (queue.lua)
--- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (queue.lua)
--- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits (queue.lua)
--- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (queue.lua)
+-- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (prelude.lua)
+-- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline (prelude.lua)
+-- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (prelude.lua)
+-- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
+-- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
 -- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline, while any replica watches the name
 --                                   (watching.lua); a grant publishes 'g...' only then
 -- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms (the owner hash's)
@@ -21,7 +21,7 @@
 -- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
 --          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
 --           lock_delay_ms}
---                    not granted: occupancy() of queue.lua; held 0 when no permit is taken (the
+--                    not granted: occupancy() of prelude.lua; held 0 when no permit is taken (the
 --                    free one goes to someone ahead in the queue); remaining_ms, expires_at_ms
 --                    -1: no expiry. position: the entry's place (1 = next), 0 when not queued.
 --          {2, max_waiters}                    the queue is full

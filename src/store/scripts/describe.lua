@@ -1,8 +1,8 @@
 -- describe: who holds a lease (every permit of a counting lease) and how many wait, on Redis time.
--- Read-only. Prepended with queue.lua.
+-- Read-only. Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- KEYS[5]  <prefix>{name}:queue     sorted set: waiting entries

@@ -1,8 +1,8 @@
 -- queued: one replica's entries in a name's queue, whether or not a caller of that replica still
 -- owns them; the replica removes those it has no caller for (leave.lua). Read-only; needs nothing
--- of queue.lua.
+-- of prelude.lua.
 --
--- KEYS[1]  <prefix>{name}:queue     sorted set: waiting entries '<replica>:<n>' (queue.lua)
+-- KEYS[1]  <prefix>{name}:queue     sorted set: waiting entries '<replica>:<n>' (prelude.lua)
 -- ARGV[1]  replica
 -- Reply    the replica's entries, in queue order
 local mine, prefix = {}, ARGV[1] .. ':'

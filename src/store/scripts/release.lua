@@ -1,9 +1,9 @@
 -- release: end a lease (a permit of a counting lease), only for its holder and only while it holds
 -- it (not in its lock-delay), and wake the one caller in line that the freed permit goes to (only
--- if someone waits). Prepended with queue.lua.
+-- if someone waits). Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes

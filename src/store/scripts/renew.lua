@@ -1,8 +1,8 @@
 -- renew: move a lease's (a permit's) expiry forward, only for its holder and only while it holds it
--- (not in its lock-delay). Prepended with queue.lua.
+-- (not in its lock-delay). Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- KEYS[5]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>' (revoke.lua); read

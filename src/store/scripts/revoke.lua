@@ -2,10 +2,10 @@
 -- lock-delay): the grant with one fencing token, or every grant. Only grants that still hold are
 -- revoked: one in its lock-delay has expired already. Each revoked holder's renewals answer the
 -- reason (renew.lua) for the grant's TTL; the callers in line that the freed permits go to are
--- woken, as release.lua does. Prepended with queue.lua.
+-- woken, as release.lua does. Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes

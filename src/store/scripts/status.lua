@@ -1,9 +1,9 @@
 -- status: one replica's heartbeat for its waiters of a name: renew its deadline, purge the entries
 -- of dead replicas, and read who holds the lease and where each of its entries stands.
--- Prepended with queue.lua.
+-- Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
--- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (queue.lua)
+-- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
 -- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
 -- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
@@ -11,7 +11,7 @@
 -- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  replica   ARGV[2] replica_ttl_ms   ARGV[3..] this replica's entries
 -- Reply    {taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms,
---          position...}: who takes the name (occupancy() of queue.lua), then one position per
+--          position...}: who takes the name (occupancy() of prelude.lua), then one position per
 --          entry (1 = next in line, 0 = not in the queue: join again)
 local queue, replicas, channel = KEYS[3], KEYS[4], KEYS[5]
 local now_ms = redis_now()

@@ -2,7 +2,7 @@
 -- exists, acquire.lua, release.lua and revoke.lua publish the name's changes of holder on its
 -- shard channel; with nobody watching they publish nothing. Each replica renews its deadline
 -- about every second; a field past its deadline (a replica gone) is dropped here, and the hash
--- lapses by itself when every replica stopped renewing it. Prepended with queue.lua.
+-- lapses by itself when every replica stopped renewing it. Prepended with prelude.lua.
 --
 -- KEYS[1]  <prefix>{name}:watchers  hash: replica -> deadline (Unix ms, Redis time)
 -- ARGV[1]  replica   ARGV[2] '1': watching, '0': not any more   ARGV[3] ttl_ms (the deadline and

@@ -1,4 +1,4 @@
--- queue.lua: shared by the scripts that touch a name's wait queue or read its holder, which
+-- prelude.lua: shared by the scripts that touch a name's wait queue or read its holder, which
 -- prepend it.
 --
 -- The queue is a sorted set (<prefix>{name}:queue): member '<replica>:<n>', score the arrival
