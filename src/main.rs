@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Libraries kept at `error` unless RUST_LOG names them: h2 warns once per frame of some kinds a
 /// client can send at will (an unsolicited PING ACK: one line per 17-byte frame), and rustls
 /// once per malformed handshake; leased's own throttled lines and metrics report those
-/// (src/server/connections.rs).
+/// (src/server/connections/).
 const NOISY_LIBRARIES: [&str; 2] = ["h2", "rustls"];
 
 #[tokio::main]

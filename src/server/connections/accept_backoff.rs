@@ -1,0 +1,66 @@
+//! How long the accept loop pauses after an `accept` error, so that running out of file
+//! descriptors does not spin a core.
+
+use std::{io, time::Duration};
+
+/// First and longest pause of accepting after a resource error.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How long to pause accepting after an error: not at all for an error of the one connection
+/// being accepted (it is gone; take the next), else 10 ms, doubling up to 1 s while errors last.
+#[derive(Debug)]
+pub(super) struct AcceptBackoff {
+    next: Duration,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        AcceptBackoff {
+            next: ACCEPT_BACKOFF_MIN,
+        }
+    }
+}
+
+impl AcceptBackoff {
+    pub(super) fn after(&mut self, error: &io::Error) -> Option<Duration> {
+        use io::ErrorKind::*;
+        if matches!(
+            error.kind(),
+            ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
+        ) {
+            return None;
+        }
+        let pause = self.next;
+        self.next = (self.next * 2).min(ACCEPT_BACKOFF_MAX);
+        Some(pause)
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.next = ACCEPT_BACKOFF_MIN;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Errors of the connection being accepted are skipped at once; resource errors pause
+    /// accepting, doubling up to a second, until an accept succeeds.
+    #[test]
+    fn accept_pauses_only_on_resource_errors_and_backs_off() {
+        let mut backoff = AcceptBackoff::default();
+        let aborted = io::Error::from(io::ErrorKind::ConnectionAborted);
+        assert_eq!(backoff.after(&aborted), None);
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let pauses: Vec<_> = (0..9).map(|_| backoff.after(&emfile).unwrap()).collect();
+        assert_eq!(pauses[0], Duration::from_millis(10));
+        assert_eq!(pauses[1], Duration::from_millis(20));
+        assert_eq!(pauses[6], Duration::from_millis(640));
+        assert_eq!(pauses[7], Duration::from_secs(1));
+        assert_eq!(pauses[8], Duration::from_secs(1));
+        backoff.reset();
+        let enfile = io::Error::from_raw_os_error(libc::ENFILE);
+        assert_eq!(backoff.after(&enfile), Some(Duration::from_millis(10)));
+    }
+}
