@@ -1,5 +1,6 @@
 //! A limit other than the one in force is FAILED_PRECONDITION naming it; Describe lists every
-//! permit by token, the limit and the waiters; Waiting and NotGranted say how many permits are taken.
+//! permit by token, the limit and the waiters; Waiting and NotGranted say how many permits are
+//! taken.
 
 use crate::common::*;
 use crate::{
