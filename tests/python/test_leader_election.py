@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from test_python_client import EXAMPLES, running_stack  # puts examples/python on sys.path
+from leased_stack import EXAMPLES, running_stack  # puts examples/python on sys.path
 
 from leased_client import HolderInfo, LeaseClient  # noqa: E402
 

@@ -1,0 +1,332 @@
+//! The report: the issue's targets next to what was measured, the ratios to the peers, the
+//! environment, `report.json` and the Markdown tables.
+
+use std::{fmt::Write as _, time::Duration};
+
+use serde_json::{Value, json};
+
+use crate::{BenchResult, Run, measure::Row};
+
+/// One target of the issue, next to what was measured.
+pub(crate) struct Target {
+    name: &'static str,
+    measured: Option<f64>,
+    text: String,
+    met: Option<bool>,
+}
+
+fn find<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|row| row.name == name && row.error.is_none())
+}
+
+pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
+    let mut targets = Vec::new();
+    let mut ratio_target = |name, numerator: &str, denominator: &str, goal: f64| {
+        let (measured, text) = match (find(rows, numerator), find(rows, denominator)) {
+            (Some(n), Some(d)) => {
+                let ratio = n.ops_per_s / d.ops_per_s;
+                let text = format!("{ratio:.2} ({:.0} / {:.0} ops/s)", n.ops_per_s, d.ops_per_s);
+                (Some(ratio), text)
+            }
+            _ => (None, "not measured".to_owned()),
+        };
+        targets.push(Target {
+            name,
+            measured,
+            text,
+            met: measured.map(|ratio| ratio >= goal),
+        });
+    };
+    ratio_target(
+        "grpc_cycle@64 ≥ 0.5 × redis_direct@64",
+        "grpc_cycle@64",
+        "redis_direct@64",
+        0.5,
+    );
+    ratio_target(
+        "grpc_renew ≥ 0.5 × redis_direct_renew@64",
+        "grpc_renew",
+        "redis_direct_renew@64",
+        0.5,
+    );
+    ratio_target(
+        "grpc_cycle@64 ≥ 2 × etcd_lock@64",
+        "grpc_cycle@64",
+        "etcd_lock@64",
+        2.0,
+    );
+    // The server's CPU per acquire + release, as the row's CPU column reports it.
+    for (name, row, budget_us) in [
+        (
+            "leased CPU per grpc_cycle@64 ≤ 90 µs",
+            "grpc_cycle@64",
+            90.0,
+        ),
+        (
+            "leased CPU per grpc_cycle@1 ≤ 200 µs",
+            "grpc_cycle@1",
+            200.0,
+        ),
+    ] {
+        let cpu = find(rows, row).and_then(|row| {
+            let Some(Value::Object(per_op)) = row.extra.get("cpu_us_per_op") else {
+                return None;
+            };
+            per_op.get("leased")?.as_f64()
+        });
+        targets.push(Target {
+            name,
+            measured: cpu,
+            text: cpu.map_or("not measured".into(), |us| format!("{us:.0} µs")),
+            met: cpu.map(|us| us <= budget_us),
+        });
+    }
+    // Against the exclusive cycles measured in turns with it, not the `grpc_cycle@64` row.
+    let semaphore = find(rows, "semaphore_cycle@64").and_then(|row| {
+        let exclusive = row.extra.get("grpc_cycle_ops_per_s")?.as_f64()?;
+        Some((row.ops_per_s, exclusive))
+    });
+    let ratio = semaphore.map(|(counting, exclusive)| counting / exclusive);
+    targets.push(Target {
+        name: "semaphore_cycle@64 (limit 8) ≥ 0.75 × grpc_cycle@64",
+        measured: ratio,
+        text: match semaphore {
+            Some((counting, exclusive)) => format!(
+                "{:.2} ({counting:.0} / {exclusive:.0} ops/s, grpc_cycle@64 measured in turns \
+                 with it)",
+                counting / exclusive
+            ),
+            None => "not measured".to_owned(),
+        },
+        met: ratio.map(|ratio| ratio >= 0.75),
+    });
+    let handoff = find(rows, "handoff@1");
+    for (name, quantile, goal) in [
+        ("handoff@1 p50 ≤ 1 ms", handoff.map(|row| row.p50_ms), 1.0),
+        ("handoff@1 p99 ≤ 5 ms", handoff.map(|row| row.p99_ms), 5.0),
+    ] {
+        targets.push(Target {
+            name,
+            measured: quantile,
+            text: quantile.map_or("not measured".into(), |ms| format!("{ms:.3} ms")),
+            met: quantile.map(|ms| ms <= goal),
+        });
+    }
+    let fair = find(rows, "fair_contention@16");
+    let fairness = fair.and_then(|row| row.extra.get("fairness_min_max")?.as_f64());
+    targets.push(Target {
+        name: "fair_contention@16 grants per caller min/max ≥ 0.8",
+        measured: fairness,
+        text: fairness.map_or("not measured".into(), |ratio| {
+            let count = |key| fair.and_then(|row| row.extra.get(key)?.as_u64());
+            let (min, max) = (
+                count("grants_per_caller_min"),
+                count("grants_per_caller_max"),
+            );
+            format!(
+                "{ratio:.2} ({} / {} grants)",
+                min.unwrap_or_default(),
+                max.unwrap_or_default()
+            )
+        }),
+        met: fairness.map(|ratio| ratio >= 0.8),
+    });
+    let queued = find(rows, "fair_queue_memory@1000");
+    let per_waiter = queued.and_then(|row| row.extra.get("redis_bytes_per_waiter")?.as_f64());
+    targets.push(Target {
+        name: "≤ 200 B of Redis memory per queued waiter (1,000 on one name)",
+        measured: per_waiter,
+        text: per_waiter.map_or("not measured".into(), |bytes| format!("{bytes:.0} B")),
+        met: per_waiter.map(|bytes| bytes <= 200.0),
+    });
+    let held = find(rows, "held_scale");
+    let held_count = held.and_then(|row| row.extra.get("held")?.as_u64());
+    let scaled = match run.args.quick {
+        true => format!(" ({} held: --quick)", held_count.unwrap_or_default()),
+        false => String::new(),
+    };
+    let per_lease = held.and_then(|row| row.extra.get("redis_bytes_per_lease")?.as_f64());
+    targets.push(Target {
+        name: "≤ 400 B of Redis memory per held lease",
+        measured: per_lease,
+        text: per_lease.map_or("not measured".into(), |b| format!("{b:.0} B{scaled}")),
+        met: per_lease.map(|bytes| bytes <= 400.0),
+    });
+    let permit_ratio = |name| {
+        let row = find(rows, name)?;
+        let ratio = row.extra.get("ratio_to_exclusive")?.as_f64()?;
+        let bytes = row.extra.get("redis_bytes_per_permit")?.as_f64()?;
+        Some((ratio, bytes))
+    };
+    let exclusive_bytes = find(rows, "permit_memory_exclusive")
+        .and_then(|row| row.extra.get("redis_bytes_per_permit")?.as_f64());
+    let (full, one) = (
+        permit_ratio("permit_memory_counting_full"),
+        permit_ratio("permit_memory_counting_one"),
+    );
+    let worst = full.zip(one).map(|(full, one)| full.0.max(one.0));
+    targets.push(Target {
+        name: "Redis memory per held permit (limit 8) ≤ 1.5 × per exclusive lease",
+        measured: worst,
+        text: match (full, one, exclusive_bytes) {
+            (Some(full), Some(one), Some(exclusive)) => format!(
+                "{:.2} with all 8 held ({:.0} B), {:.2} with 1 held ({:.0} B); exclusive {exclusive:.0} B",
+                full.0, full.1, one.0, one.1
+            ),
+            _ => "not measured".to_owned(),
+        },
+        met: worst.map(|ratio| ratio <= 1.5),
+    });
+    let rss = held.and_then(|row| row.extra.get("server_rss_bytes")?.as_f64());
+    targets.push(Target {
+        name: "server RSS ≤ 200 MB with 100,000 held and 1,000 streams",
+        measured: rss.map(|bytes| bytes / 1e6),
+        text: rss.map_or("not measured".into(), |b| {
+            format!("{:.1} MB{scaled}", b / 1e6)
+        }),
+        met: rss.map(|bytes| bytes <= 200e6),
+    });
+    targets
+}
+
+/// Ratios to Redis itself and to the peers, for the report.
+fn ratios(rows: &[Row]) -> serde_json::Map<String, Value> {
+    let mut ratios = serde_json::Map::new();
+    let throughput = [
+        ("grpc_cycle@64", "redis_direct@64"),
+        ("grpc_cycle@16", "redis_direct@16"),
+        ("grpc_cycle@1", "redis_direct@1"),
+        ("grpc_renew", "redis_direct_renew@64"),
+        ("grpc_cycle_memory@64", "grpc_cycle@64"),
+        ("semaphore_cycle@64", "grpc_cycle@64"),
+        ("grpc_cycle@64", "etcd_lock@64"),
+        ("grpc_cycle@16", "redis_py_lock@16"),
+        ("grpc_cycle@64", "redis_benchmark_setnx@64"),
+        ("held_scale", "grpc_cycle@64"),
+    ];
+    for (numerator, denominator) in throughput {
+        if let (Some(n), Some(d)) = (find(rows, numerator), find(rows, denominator)) {
+            let ratio = n.ops_per_s / d.ops_per_s;
+            ratios.insert(
+                format!("{numerator} / {denominator} ops_per_s"),
+                json!((ratio * 1000.0).round() / 1000.0),
+            );
+        }
+    }
+    for peer in ["redis_py_lock_handoff@1", "etcd_lock_handoff@1"] {
+        if let (Some(ours), Some(theirs)) = (find(rows, "handoff@1"), find(rows, peer)) {
+            ratios.insert(
+                format!("{peer} / handoff@1 p50_ms"),
+                json!((theirs.p50_ms / ours.p50_ms * 10.0).round() / 10.0),
+            );
+        }
+    }
+    ratios
+}
+
+fn environment(run: &Run) -> Value {
+    let version = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .output()
+            .ok()
+            .and_then(|output| String::from_utf8(output.stdout).ok())
+            .and_then(|text| text.lines().next().map(str::to_owned))
+    };
+    json!({
+        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "redis_server": run.redis.info_field("server", "redis_version"),
+        "etcd": version("etcd", &["--version"]),
+        "leased": env!("CARGO_PKG_VERSION"),
+        "grpc_connections": run.channels.len(),
+        "redis_pool_size": run.args.redis_pool_size,
+        "server": "release leased binary as a child process, with the settings of \
+                   helm/leased/values.yaml (LEASED_* variables, JSON logs); RUST_LOG="
+            .to_owned()
+            + &run.args.server_log,
+        "warmup_s": run.budget.warmup.as_secs_f64(),
+        "measure_s": run.budget.measure.as_secs_f64(),
+    })
+}
+
+pub(crate) fn report(
+    run: &Run,
+    rows: &[Row],
+    targets: &[Target],
+    elapsed: Duration,
+) -> BenchResult<Value> {
+    Ok(json!({
+        "quick": run.args.quick,
+        "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "environment": environment(run),
+        "scenarios": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+        "ratios": ratios(rows),
+        "targets": targets.iter().map(|t| json!({
+            "target": t.name,
+            "measured": t.measured,
+            "text": t.text,
+            "met": t.met,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+pub(crate) fn tables(
+    run: &Run,
+    rows: &[Row],
+    targets: &[Target],
+    elapsed: Duration,
+) -> BenchResult<String> {
+    let mut out = String::new();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    writeln!(
+        out,
+        "leased benchmark ({}, {cores} cores, {:.0} s; everything on this machine)\n",
+        if run.args.quick { "--quick" } else { "full" },
+        elapsed.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "| scenario | ops/s | p50 ms | p99 ms | CPU µs per op | notes |"
+    )?;
+    writeln!(out, "|---|--:|--:|--:|---|---|")?;
+    for row in rows {
+        match &row.error {
+            Some(error) => writeln!(out, "| {} | FAILED | | | | {error} |", row.name)?,
+            None => writeln!(
+                out,
+                "| {} | {} | {:.3} | {:.3} | {} | {} |",
+                row.name,
+                thousands(row.ops_per_s),
+                row.p50_ms,
+                row.p99_ms,
+                row.cpu_text(),
+                row.note
+            )?,
+        }
+    }
+    writeln!(out, "\n| target | measured | met |")?;
+    writeln!(out, "|---|---|---|")?;
+    for target in targets {
+        let met = match target.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        writeln!(out, "| {} | {} | {met} |", target.name, target.text)?;
+    }
+    Ok(out)
+}
+
+/// `12345.6` as `12,346`.
+pub(crate) fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value);
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}

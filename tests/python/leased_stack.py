@@ -1,0 +1,122 @@
+"""The stack the Python client's tests run against: a real redis-server and the real `leased`
+binary on ephemeral loopback ports (`running_stack`), and the helpers that start and stop them.
+Importing it puts examples/python on the path (`import leased_client` generates the stubs).
+
+The `leased` binary comes from $LEASED_BIN, else target/debug/leased (built with `cargo build` if
+missing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import grpc
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "python"
+sys.path.insert(0, str(EXAMPLES))
+
+from leased_client import LeaseClient  # noqa: E402  (importing generates the stubs)
+
+STARTUP_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Stack:
+    """A running redis-server and a leased serving from it."""
+
+    target: str
+    redis: subprocess.Popen[bytes]
+    leased: subprocess.Popen[bytes]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Polls `condition` until it holds; fails the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (leased drains and exits 0), then SIGKILL if it takes too long."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def leased_binary() -> Path:
+    if "LEASED_BIN" in os.environ:
+        return Path(os.environ["LEASED_BIN"])
+    binary = REPO / "target" / "debug" / "leased"
+    if not binary.exists():
+        subprocess.run(["cargo", "build", "--bin", "leased"], cwd=REPO, check=True)
+    return binary
+
+
+def answers(process: subprocess.Popen[bytes], log: Path, check: Callable[[], object]) -> bool:
+    """True once `check` succeeds; fails the test at once if the process died meanwhile."""
+    if process.poll() is not None:
+        pytest.fail(f"{process.args[0]} exited with {process.returncode}:\n{log.read_text()}")
+    try:
+        check()
+        return True
+    except (OSError, grpc.RpcError):
+        return False
+
+
+def redis_ping(port: int) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+        sock.sendall(b"PING\r\n")
+        if not sock.recv(64).startswith(b"+PONG"):
+            raise ConnectionError("redis-server is not ready")
+
+
+@contextlib.contextmanager
+def running_stack(workdir: Path) -> Iterator[Stack]:
+    """Starts redis-server (no persistence) and leased on ephemeral loopback ports; stops both."""
+    redis_port, leased_port = free_port(), free_port()
+    redis_log, leased_log = workdir / "redis.log", workdir / "leased.log"
+    with contextlib.ExitStack() as cleanup:
+        redis = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
+             "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+            stdout=cleanup.enter_context(redis_log.open("wb")),
+            stderr=subprocess.STDOUT,
+        )
+        cleanup.callback(stop, redis)
+        wait_until(lambda: answers(redis, redis_log, lambda: redis_ping(redis_port)),
+                   STARTUP_TIMEOUT_S, "redis-server")
+
+        target = f"127.0.0.1:{leased_port}"
+        leased = subprocess.Popen(
+            [str(leased_binary()), "serve", "--listen", target,
+             "--redis-url", f"redis://127.0.0.1:{redis_port}"],
+            stdout=cleanup.enter_context(leased_log.open("wb")),
+            stderr=subprocess.STDOUT,
+        )
+        cleanup.callback(stop, leased)
+        client = cleanup.enter_context(LeaseClient(target, rpc_timeout_s=2.0))
+        wait_until(lambda: answers(leased, leased_log, lambda: client.describe("py-ready")),
+                   STARTUP_TIMEOUT_S, "leased to answer Describe")
+        yield Stack(target=target, redis=redis, leased=leased)

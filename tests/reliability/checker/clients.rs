@@ -1,0 +1,456 @@
+//! The checker's clients: each contends for its names through the replicas, holds what it is
+//! granted while renewing it on a Renew stream, writes to the fenced resource, and records every
+//! event; and the GC-pause holder, a client that stops renewing while it holds.
+
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use super::{CLOCK_SLACK, Checker, Event, Rng, WaitOutcome};
+use leased::proto::{
+    AcquireRequest, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
+    lease_service_client::LeaseServiceClient, renew_response,
+};
+use tokio::sync::mpsc;
+use tokio_stream::{StreamExt, wrappers::ReceiverStream};
+use tonic::{Code, Status, transport::Channel};
+
+/// A client with one connection per `leased` replica; it moves to the next replica whenever a
+/// call fails.
+struct Client {
+    index: usize,
+    replicas: Vec<LeaseServiceClient<Channel>>,
+    current: usize,
+}
+
+impl Client {
+    /// Client `index`, starting on replica `first` (modulo their number).
+    fn new(index: usize, endpoints: &[String], first: usize) -> Self {
+        let replicas = endpoints
+            .iter()
+            .map(|endpoint| {
+                let channel = Channel::from_shared(endpoint.clone())
+                    .unwrap()
+                    .connect_timeout(Duration::from_secs(1))
+                    .connect_lazy();
+                LeaseServiceClient::new(channel)
+            })
+            .collect();
+        Client {
+            index,
+            replicas,
+            current: first % endpoints.len(),
+        }
+    }
+
+    fn grpc(&mut self) -> &mut LeaseServiceClient<Channel> {
+        &mut self.replicas[self.current]
+    }
+
+    fn next_replica(&mut self) {
+        self.current = (self.current + 1) % self.replicas.len();
+    }
+}
+
+/// A grant as the holder sees it.
+#[derive(Clone)]
+struct Held {
+    lease: usize,
+    name: usize,
+    lease_id: String,
+    token: u64,
+    ttl: Duration,
+    /// The holder's view of its expiry (checker clock).
+    expiry: Duration,
+}
+
+/// One Renew stream.
+struct Renewals {
+    requests: mpsc::Sender<RenewRequest>,
+    responses: tonic::Streaming<RenewResponse>,
+}
+
+async fn open_renewals(client: &mut Client) -> Result<Renewals, Status> {
+    let (requests, receiver) = mpsc::channel(4);
+    let call = client.grpc().renew(ReceiverStream::new(receiver));
+    let responses = tokio::time::timeout(Duration::from_secs(2), call)
+        .await
+        .map_err(|_| Status::deadline_exceeded("opening the Renew stream"))??
+        .into_inner();
+    Ok(Renewals {
+        requests,
+        responses,
+    })
+}
+
+/// Runs one client until the checker stops.
+pub async fn run_client(checker: Arc<Checker>, index: usize, endpoints: Vec<String>) {
+    let mut rng = Rng(checker.workload.seed ^ (index as u64 + 1).wrapping_mul(0xA24B_AED4));
+    let mut client = Client::new(index, &endpoints, index);
+    let holder = format!("client-{index}");
+    let names = checker.workload.names_of(index);
+    while !checker.stopped() {
+        let name = rng.range(names.start as u64, names.end as u64 - 1) as usize;
+        let (low, high) = checker.workload.ttl_ms;
+        let ttl = Duration::from_millis(rng.range(low, high));
+        let wait = match rng.percent(25) {
+            true => Duration::ZERO,
+            false => Duration::from_millis(rng.range(0, checker.workload.max_wait_ms)),
+        };
+        let Some(held) = acquire(&checker, &mut client, &holder, name, ttl, wait).await else {
+            continue;
+        };
+        let hold_for = Duration::from_millis(rng.range(1, checker.workload.max_hold_ms));
+        let abandon = rng.percent(checker.workload.abandon_percent);
+        hold(&checker, &mut client, held, hold_for, abandon).await;
+    }
+}
+
+/// One Acquire; `Some` when granted, recorded with its send and receive times.
+async fn acquire(
+    checker: &Checker,
+    client: &mut Client,
+    holder: &str,
+    name: usize,
+    ttl: Duration,
+    wait: Duration,
+) -> Option<Held> {
+    let sent = checker.now();
+    let mut request = tonic::Request::new(AcquireRequest {
+        name: checker.names[name].clone(),
+        holder: holder.to_owned(),
+        ttl_ms: ttl.as_millis() as i64,
+        wait_ms: wait.as_millis() as i64,
+        limit: checker.workload.limit_of(name),
+        ..Default::default()
+    });
+    request.set_timeout(wait + Duration::from_secs(5));
+    let occupancy = |held, limit| Event::Occupancy { name, held, limit };
+    // The first `waiting`: when it arrived, and the position it reported.
+    let mut queued: Option<(Duration, u32)> = None;
+    let call = async {
+        let mut stream = client.grpc().acquire(request).await?.into_inner();
+        while let Some(message) = stream.next().await {
+            match message?.result {
+                Some(acquire_response::Result::Granted(granted)) => {
+                    return Ok(Some((granted, checker.now())));
+                }
+                Some(acquire_response::Result::NotGranted(busy)) => {
+                    checker.record(occupancy(busy.held, busy.limit));
+                    return Ok(None);
+                }
+                Some(acquire_response::Result::Waiting(waiting)) => {
+                    queued.get_or_insert((checker.now(), waiting.position));
+                    checker.record(occupancy(waiting.held, waiting.limit));
+                }
+                None => {}
+            }
+        }
+        Err(Status::unknown(
+            "Acquire stream ended without a terminal message",
+        ))
+    };
+    let outcome = tokio::time::timeout(wait + Duration::from_secs(6), call)
+        .await
+        .unwrap_or_else(|_| Err(Status::deadline_exceeded("client-side timeout")));
+    if let Some((queued, position)) = queued {
+        checker.record(Event::Waited {
+            client: client.index,
+            replica: client.current,
+            name,
+            sent,
+            wait,
+            queued,
+            position,
+            ended: match &outcome {
+                Ok(Some((_, received))) => *received,
+                _ => checker.now(),
+            },
+            outcome: match &outcome {
+                Ok(Some((granted, _))) => WaitOutcome::Granted(granted.fencing_token),
+                Ok(None) => WaitOutcome::NotGranted,
+                Err(_) => WaitOutcome::Failed,
+            },
+        });
+    }
+    match outcome {
+        Ok(Some((granted, received))) => {
+            let lease = checker.next_lease.fetch_add(1, Ordering::SeqCst);
+            checker.record(Event::Granted {
+                lease,
+                client: client.index,
+                replica: client.current,
+                name,
+                token: granted.fencing_token,
+                ttl,
+                sent,
+                received,
+            });
+            Some(Held {
+                lease,
+                name,
+                lease_id: granted.lease_id,
+                token: granted.fencing_token,
+                ttl,
+                expiry: sent + ttl,
+            })
+        }
+        Ok(None) => None,
+        Err(status) => {
+            checker.record(Event::Failed {
+                rpc: "Acquire",
+                code: status.code(),
+            });
+            client.next_replica();
+            // UNAVAILABLE is allowed under faults: back off a little and retry.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
+}
+
+/// Holds a lease for `hold_for`: writes, renews every third of the TTL, writes after each
+/// renewal, then releases. An abandoning holder writes once and walks away.
+async fn hold(
+    checker: &Checker,
+    client: &mut Client,
+    mut held: Held,
+    hold_for: Duration,
+    abandon: bool,
+) {
+    let hold_until = checker.now() + hold_for;
+    // Holders of a counting name share it: they do not write to the per-name fenced resource.
+    let writes = !checker.workload.is_counting(held.name);
+    let write = |held: &Held| {
+        let expiry = held.expiry;
+        writes.then(|| checker.write(held.lease, held.name, held.token, false, |at| at < expiry))
+    };
+    write(&held);
+    if abandon {
+        return;
+    }
+    let mut renewals: Option<Renewals> = None;
+    let mut lost = false;
+    loop {
+        let now = checker.now();
+        if now >= hold_until || now >= held.expiry || checker.stopped() {
+            break;
+        }
+        let next_renewal = held.expiry - held.ttl + held.ttl / 3;
+        let wake = next_renewal.min(hold_until).max(now);
+        tokio::time::sleep(wake - now).await;
+        let now = checker.now();
+        if now >= hold_until || now >= held.expiry {
+            break;
+        }
+        if now < next_renewal {
+            continue;
+        }
+        match renew(checker, client, &mut renewals, &held).await {
+            RenewResult::Renewed { sent, received } => {
+                if received < held.expiry {
+                    held.expiry = sent + held.ttl;
+                }
+            }
+            RenewResult::Lost => {
+                lost = true;
+                break;
+            }
+            RenewResult::Failed => {
+                renewals = None;
+                client.next_replica();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        write(&held);
+    }
+    if lost {
+        return;
+    }
+    checker.record(Event::ReleaseCalled {
+        lease: held.lease,
+        at: checker.now(),
+    });
+    let mut request = tonic::Request::new(ReleaseRequest {
+        name: checker.names[held.name].clone(),
+        lease_id: held.lease_id.clone(),
+    });
+    request.set_timeout(Duration::from_secs(3));
+    if let Err(status) = client.grpc().release(request).await {
+        checker.record(Event::Failed {
+            rpc: "Release",
+            code: status.code(),
+        });
+        client.next_replica();
+    }
+}
+
+enum RenewResult {
+    Renewed { sent: Duration, received: Duration },
+    Lost,
+    Failed,
+}
+
+/// One renewal over the holder's Renew stream (opened on demand), answered before the holder's
+/// expiry or abandoned.
+async fn renew(
+    checker: &Checker,
+    client: &mut Client,
+    renewals: &mut Option<Renewals>,
+    held: &Held,
+) -> RenewResult {
+    let failed = |checker: &Checker, code: Code| {
+        checker.record(Event::Failed { rpc: "Renew", code });
+        RenewResult::Failed
+    };
+    if renewals.is_none() {
+        match open_renewals(client).await {
+            Ok(opened) => *renewals = Some(opened),
+            Err(status) => return failed(checker, status.code()),
+        }
+    }
+    let stream = renewals.as_mut().unwrap();
+    let sent = checker.now();
+    let request = RenewRequest {
+        name: checker.names[held.name].clone(),
+        lease_id: held.lease_id.clone(),
+        ttl_ms: 0,
+    };
+    if stream.requests.send(request).await.is_err() {
+        return failed(checker, Code::Unavailable);
+    }
+    // Past the holder's expiry the answer no longer matters: give up and drop the stream.
+    let patience = held.expiry.saturating_sub(sent) + Duration::from_millis(1);
+    let answer = tokio::time::timeout(patience, stream.responses.next()).await;
+    let received = checker.now();
+    match answer {
+        Ok(Some(Ok(response))) => match response.result {
+            Some(renew_response::Result::Renewed(renewed)) => {
+                let ttl = Duration::from_millis(renewed.ttl_ms as u64);
+                assert_eq!(renewed.fencing_token, held.token, "renew changed the token");
+                checker.record(Event::Renewed {
+                    lease: held.lease,
+                    sent,
+                    received,
+                    ttl,
+                });
+                RenewResult::Renewed { sent, received }
+            }
+            Some(renew_response::Result::Lost(_)) => {
+                checker.record(Event::Lost {
+                    lease: held.lease,
+                    received,
+                });
+                RenewResult::Lost
+            }
+            None => failed(checker, Code::Internal),
+        },
+        Ok(Some(Err(status))) => failed(checker, status.code()),
+        Ok(None) => failed(checker, Code::Unavailable),
+        Err(_) => failed(checker, Code::DeadlineExceeded),
+    }
+}
+
+/// GC pauses that completed, by kind of name.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GcPauses {
+    /// On exclusive names: the paused holder's stale write was checked too.
+    pub exclusive: usize,
+    /// On counting names: its permit expired and the name was granted again before it renewed.
+    pub counting: usize,
+}
+
+/// The GC-pause holder, taking every name in turn: takes a lease (a permit, on a counting name)
+/// and stops renewing it (a stop-the-world pause) past its TTL. On an exclusive name, once
+/// another client has taken the lease and written, it writes with its old token (the resource
+/// must reject it); on a counting name, once its TTL has passed and another caller has been
+/// granted the name since. Then it renews: the answer must be `lost`.
+pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcPauses {
+    let mut client = Client::new(usize::MAX, &endpoints, 0);
+    let mut completed = GcPauses::default();
+    let mut round = 0;
+    while !checker.stopped() {
+        round += 1;
+        let name = round % checker.workload.all_names();
+        let counting = checker.workload.is_counting(name);
+        let ttl = Duration::from_millis(checker.workload.ttl_ms.0);
+        let Some(held) = acquire(
+            &checker,
+            &mut client,
+            "gc-pause",
+            name,
+            ttl,
+            Duration::from_secs(3),
+        )
+        .await
+        else {
+            continue;
+        };
+        let paused_at = checker.now();
+        let give_up = paused_at + Duration::from_secs(10);
+        if counting {
+            // The pause: no renewal. Its permit was granted before `paused_at`, so on the
+            // server it has expired by `expired`; wait until someone was granted the name after
+            // that (a permit, maybe this one, went to another holder).
+            let expired = paused_at + ttl + CLOCK_SLACK;
+            until(&checker, expired).await;
+            while !checker.granted_since(name, expired) && checker.now() < give_up {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if !checker.granted_since(name, expired) {
+                continue; // nobody was granted it (a fault was in the way); try again
+            }
+        } else {
+            let expiry = held.expiry;
+            checker.write(held.lease, name, held.token, false, |at| at < expiry);
+            // The pause: no renewal. Wait until someone else holds the lease and has written.
+            while checker.highest_written(name) <= held.token && checker.now() < give_up {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if checker.highest_written(name) <= held.token {
+                continue; // nobody took it (a fault was in the way); try again
+            }
+            // Waking up: the old token is refused...
+            checker.write(held.lease, name, held.token, true, |_| true);
+        }
+        // ...and the next renewal says the lease is gone.
+        let mut answered = None;
+        for _ in 0..10 {
+            let mut renewals = None;
+            let probe = Held {
+                expiry: checker.now() + Duration::from_secs(3),
+                ..held.clone()
+            };
+            match renew(&checker, &mut client, &mut renewals, &probe).await {
+                RenewResult::Renewed { .. } => answered = Some(false),
+                RenewResult::Lost => answered = Some(true),
+                RenewResult::Failed => {
+                    client.next_replica();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    continue;
+                }
+            }
+            break;
+        }
+        if let Some(lost) = answered {
+            checker.record(Event::RenewAfterPause {
+                lease: held.lease,
+                lost,
+            });
+            checker.fault("gc_pause", paused_at, false);
+            match counting {
+                true => completed.counting += 1,
+                false => completed.exclusive += 1,
+            }
+        }
+    }
+    completed
+}
+
+/// Sleeps until `at` on the checker's clock.
+pub async fn until(checker: &Checker, at: Duration) {
+    if let Some(wait) = at.checked_sub(checker.now()) {
+        tokio::time::sleep(wait).await;
+    }
+}

@@ -1,0 +1,536 @@
+//! [`Checker::verify`]: checks the record for the rules in the checker's module documentation and
+//! makes the [`Report`].
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    time::Duration,
+};
+
+use super::{CLOCK_SLACK, Checker, Event, FaultRecord, WaitOutcome};
+use tonic::Code;
+
+/// One holder's lease as it saw it.
+#[derive(Clone, Debug)]
+struct Interval {
+    lease: usize,
+    token: u64,
+    start: Duration,
+    end: Duration,
+}
+
+/// What [`Checker::verify`] found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub grants: usize,
+    pub renewals: usize,
+    pub releases: usize,
+    pub writes_accepted: usize,
+    pub writes_rejected: usize,
+    pub failures: BTreeMap<String, usize>,
+    pub faults: BTreeMap<&'static str, usize>,
+    pub overlaps_in_data_loss_windows: usize,
+    pub stale_writes_rejected: usize,
+    /// Grants of counting names, and the most holders' views of one counting name that
+    /// overlapped at once outside data-loss windows (the limit, if the run reached it).
+    pub counting_grants: usize,
+    pub max_holders_counting: usize,
+    /// `waiting` and `not_granted` messages checked, and the most permits held one reported on a
+    /// counting name.
+    pub occupancy_reports: usize,
+    pub max_reported_held: u32,
+    /// Acquire calls that were answered `waiting`, and the highest position one first reported.
+    pub waiters: usize,
+    pub max_position: u32,
+    /// Waiters left out of the FIFO check: their call failed, or touched a fault window.
+    pub waiters_unchecked: usize,
+    /// Pairs (waiter, later caller granted while it could still wait) checked for FIFO, and
+    /// how many of them were on counting names.
+    pub fifo_pairs_checked: usize,
+    pub counting_fifo_pairs_checked: usize,
+    /// Pairs in which a caller that asked after a waiter was queued was granted before it (each
+    /// also a violation).
+    pub overtakes: usize,
+    /// Waiters answered `not_granted` before their wait could have run out (also violations).
+    pub waits_cut_short: usize,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    pub fn print(&self, title: &str) {
+        println!("== checker: {title} ==");
+        println!(
+            "grants checked: {}; renewals: {}; releases: {}; writes accepted: {}, rejected: {}",
+            self.grants, self.renewals, self.releases, self.writes_accepted, self.writes_rejected
+        );
+        println!("faults injected: {:?}", self.faults);
+        println!("failed calls (allowed under faults): {:?}", self.failures);
+        println!(
+            "stale writes rejected: {}; overlaps inside data-loss windows (allowed): {}",
+            self.stale_writes_rejected, self.overlaps_in_data_loss_windows
+        );
+        println!(
+            "counting names: {} grants; most holders at once (outside data-loss windows): {}; \
+             most permits held reported by waiting/not_granted: {} ({} reports checked)",
+            self.counting_grants,
+            self.max_holders_counting,
+            self.max_reported_held,
+            self.occupancy_reports
+        );
+        println!(
+            "FIFO: {} waiters (highest first position {}), {} unchecked (failed or in a fault \
+             window); {} pairs checked ({} on counting names); overtakes: {}; waits cut short: {}",
+            self.waiters,
+            self.max_position,
+            self.waiters_unchecked,
+            self.fifo_pairs_checked,
+            self.counting_fifo_pairs_checked,
+            self.overtakes,
+            self.waits_cut_short
+        );
+        println!("violations: {}", self.violations.len());
+        for violation in self.violations.iter().take(20) {
+            println!("  VIOLATION {violation}");
+        }
+    }
+}
+
+impl Checker {
+    /// Checks the whole record; see the module documentation for what is checked.
+    pub fn verify(&self) -> Report {
+        let events = self.events();
+        let faults = self.faults();
+        let mut report = Report::default();
+        for fault in &faults {
+            *report.faults.entry(fault.kind).or_default() += 1;
+        }
+        let slack = CLOCK_SLACK;
+        let loss_windows: Vec<(Duration, Duration)> = faults
+            .iter()
+            .filter(|fault| fault.data_loss)
+            .map(|fault| (fault.start, fault.end + self.workload.max_ttl() + slack))
+            .collect();
+        let in_loss_window = |at: Duration| {
+            loss_windows
+                .iter()
+                .any(|(from, to)| *from <= at && at <= *to)
+        };
+
+        // Each lease's interval, by the holder's own view.
+        struct Lease {
+            name: usize,
+            token: u64,
+            ttl: Duration,
+            sent: Duration,
+            received: Duration,
+            renewals: Vec<(Duration, Duration, Duration)>,
+            lost: Option<Duration>,
+            release: Option<Duration>,
+        }
+        let mut leases: HashMap<usize, Lease> = HashMap::new();
+        for event in &events {
+            match event {
+                Event::Granted {
+                    lease,
+                    name,
+                    token,
+                    ttl,
+                    sent,
+                    received,
+                    ..
+                } => {
+                    leases.insert(
+                        *lease,
+                        Lease {
+                            name: *name,
+                            token: *token,
+                            ttl: *ttl,
+                            sent: *sent,
+                            received: *received,
+                            renewals: Vec::new(),
+                            lost: None,
+                            release: None,
+                        },
+                    );
+                }
+                Event::Renewed {
+                    lease,
+                    sent,
+                    received,
+                    ttl,
+                } => {
+                    report.renewals += 1;
+                    if let Some(lease) = leases.get_mut(lease) {
+                        lease.renewals.push((*sent, *received, *ttl));
+                    }
+                }
+                Event::Lost { lease, received } => {
+                    if let Some(lease) = leases.get_mut(lease) {
+                        lease.lost.get_or_insert(*received);
+                    }
+                }
+                Event::ReleaseCalled { lease, at } => {
+                    report.releases += 1;
+                    if let Some(lease) = leases.get_mut(lease) {
+                        lease.release.get_or_insert(*at);
+                    }
+                }
+                Event::Failed { rpc, code } => {
+                    *report
+                        .failures
+                        .entry(format!("{rpc} {code:?}"))
+                        .or_default() += 1;
+                    if matches!(
+                        code,
+                        Code::Internal | Code::InvalidArgument | Code::FailedPrecondition
+                    ) {
+                        report
+                            .violations
+                            .push(format!("{rpc} answered {code:?}: never expected"));
+                    }
+                }
+                Event::RenewAfterPause { lease, lost } => {
+                    if !lost {
+                        report.violations.push(format!(
+                            "lease {lease}: renewed after its TTL passed and another holder was \
+                             granted the name"
+                        ));
+                    }
+                }
+                Event::Occupancy { name, held, limit } => {
+                    report.occupancy_reports += 1;
+                    let allowed = self.workload.holders_allowed(*name) as u32;
+                    if self.workload.is_counting(*name) {
+                        report.max_reported_held = report.max_reported_held.max(*held);
+                    }
+                    if *held > allowed || (*limit != 0 && *limit != allowed) {
+                        report.violations.push(format!(
+                            "{}: `waiting`/`not_granted` reported {held} permits held of limit \
+                             {limit}; every caller asks for limit {}",
+                            self.names[*name],
+                            self.workload.limit_of(*name)
+                        ));
+                    }
+                }
+                Event::Write { .. } | Event::Waited { .. } => {}
+            }
+        }
+        report.grants = leases.len();
+        report.counting_grants = leases
+            .values()
+            .filter(|lease| self.workload.is_counting(lease.name))
+            .count();
+        let mut intervals: HashMap<usize, Vec<Interval>> = HashMap::new();
+        let mut interval_of: HashMap<usize, (Duration, Duration)> = HashMap::new();
+        for (id, lease) in &leases {
+            let mut expiry = lease.sent + lease.ttl;
+            let mut renewals = lease.renewals.clone();
+            renewals.sort();
+            for (sent, received, ttl) in renewals {
+                if received >= expiry {
+                    break; // answered after the holder's view had ended
+                }
+                expiry = expiry.max(sent + ttl);
+            }
+            let mut end = expiry;
+            if let Some(lost) = lease.lost {
+                end = end.min(lost);
+            }
+            if let Some(release) = lease.release {
+                end = end.min(release);
+            }
+            interval_of.insert(*id, (lease.received, end));
+            intervals.entry(lease.name).or_default().push(Interval {
+                lease: *id,
+                token: lease.token,
+                start: lease.received,
+                end,
+            });
+        }
+
+        // At most `limit` holders (1 for an exclusive lease): each view is cut short by `slack`,
+        // and when a view begins, the earlier ones still running share that instant with it.
+        for (name, list) in &mut intervals {
+            let allowed = self.workload.holders_allowed(*name);
+            list.sort_by_key(|interval| interval.start);
+            let mut active: Vec<&Interval> = Vec::new();
+            for interval in list.iter() {
+                if interval.end <= interval.start + slack {
+                    continue; // shorter than the slack: it overlaps nothing
+                }
+                active.retain(|earlier| earlier.end > interval.start + slack);
+                if self.workload.is_counting(*name) && !in_loss_window(interval.start) {
+                    report.max_holders_counting = report.max_holders_counting.max(active.len() + 1);
+                }
+                if active.len() >= allowed {
+                    if in_loss_window(interval.start) {
+                        report.overlaps_in_data_loss_windows += 1;
+                    } else {
+                        let view = |interval: &Interval| {
+                            format!(
+                                "{} (token {}, {:?}..{:?})",
+                                interval.lease, interval.token, interval.start, interval.end
+                            )
+                        };
+                        let earlier: Vec<String> =
+                            active.iter().map(|earlier| view(earlier)).collect();
+                        report.violations.push(format!(
+                            "{}: the views of {} holders overlap, limit {allowed}: lease {} began \
+                             while leases {} held it",
+                            self.names[*name],
+                            active.len() + 1,
+                            view(interval),
+                            earlier.join(", ")
+                        ));
+                    }
+                }
+                active.push(interval);
+            }
+        }
+
+        // Tokens: unique per name, and increasing in grant order.
+        let mut by_name: HashMap<usize, Vec<&Lease>> = HashMap::new();
+        for lease in leases.values() {
+            by_name.entry(lease.name).or_default().push(lease);
+        }
+        for (name, mut grants) in by_name {
+            let mut seen = HashSet::new();
+            for grant in &grants {
+                if !seen.insert(grant.token) {
+                    report.violations.push(format!(
+                        "{}: token {} granted twice",
+                        self.names[name], grant.token
+                    ));
+                }
+            }
+            grants.sort_by_key(|grant| grant.received);
+            let mut prefix_max = Vec::with_capacity(grants.len());
+            let mut max = 0;
+            for grant in &grants {
+                max = max.max(grant.token);
+                prefix_max.push(max);
+            }
+            for later in &grants {
+                // Grants received before `later` was requested happened before it.
+                let before = grants.partition_point(|earlier| earlier.received < later.sent);
+                if before > 0 && prefix_max[before - 1] >= later.token {
+                    report.violations.push(format!(
+                        "{}: token {} granted after token {} had been received (backwards)",
+                        self.names[name],
+                        later.token,
+                        prefix_max[before - 1]
+                    ));
+                }
+            }
+        }
+
+        self.verify_fifo(&events, &faults, &intervals, &mut report);
+
+        // Fencing, in the resource's own order.
+        let mut highest = vec![0u64; self.workload.names];
+        for event in &events {
+            let Event::Write {
+                lease,
+                name,
+                token,
+                at,
+                accepted,
+                stale_on_purpose,
+            } = event
+            else {
+                continue;
+            };
+            if *accepted {
+                report.writes_accepted += 1;
+            } else {
+                report.writes_rejected += 1;
+            }
+            let stale = *token < highest[*name];
+            if stale && *accepted {
+                report.violations.push(format!(
+                    "{}: write with stale token {token} accepted after {}",
+                    self.names[*name], highest[*name]
+                ));
+            }
+            if *accepted {
+                highest[*name] = highest[*name].max(*token);
+            }
+            if *stale_on_purpose {
+                if *accepted {
+                    report.violations.push(format!(
+                        "{}: the GC-paused holder's stale token {token} was accepted",
+                        self.names[*name]
+                    ));
+                } else {
+                    report.stale_writes_rejected += 1;
+                }
+            } else if !accepted && !in_loss_window(*at) {
+                let (start, end) = interval_of[lease];
+                report.violations.push(format!(
+                    "{}: lease {lease} (token {token}) was refused a write at {at:?} inside its own \
+                     interval {start:?}..{end:?}: a newer token was already written",
+                    self.names[*name]
+                ));
+            }
+        }
+        report
+    }
+
+    /// FIFO waiting; see the module documentation.
+    fn verify_fifo(
+        &self,
+        events: &[Event],
+        faults: &[FaultRecord],
+        views: &HashMap<usize, Vec<Interval>>,
+        report: &mut Report,
+    ) {
+        let settle = self.workload.max_ttl() + CLOCK_SLACK;
+        let windows: Vec<(Duration, Duration)> = faults
+            .iter()
+            .filter(|fault| !QUEUE_SAFE_FAULTS.contains(&fault.kind))
+            .map(|fault| (fault.start, fault.end + settle))
+            .collect();
+        let touches_fault = |from: Duration, to: Duration| {
+            windows
+                .iter()
+                .any(|(start, end)| from <= *end && *start <= to)
+        };
+
+        /// A grant as FIFO sees it.
+        struct Grant {
+            lease: usize,
+            client: usize,
+            replica: usize,
+            token: u64,
+            sent: Duration,
+            received: Duration,
+        }
+        let mut grants: HashMap<usize, Vec<Grant>> = HashMap::new();
+        for event in events {
+            if let Event::Granted {
+                lease,
+                client,
+                replica,
+                name,
+                token,
+                sent,
+                received,
+                ..
+            } = event
+            {
+                grants.entry(*name).or_default().push(Grant {
+                    lease: *lease,
+                    client: *client,
+                    replica: *replica,
+                    token: *token,
+                    sent: *sent,
+                    received: *received,
+                });
+            }
+        }
+        for list in grants.values_mut() {
+            list.sort_by_key(|grant| grant.sent);
+        }
+        let who = |client: usize| match client {
+            usize::MAX => "the GC-pause holder".to_owned(),
+            client => format!("client {client}"),
+        };
+
+        for event in events {
+            let Event::Waited {
+                client,
+                replica,
+                name,
+                sent,
+                wait,
+                queued,
+                position,
+                ended,
+                outcome,
+            } = *event
+            else {
+                continue;
+            };
+            report.waiters += 1;
+            report.max_position = report.max_position.max(position);
+            if outcome == WaitOutcome::Failed || touches_fault(sent, ended) {
+                report.waiters_unchecked += 1;
+                continue;
+            }
+            let name_text = &self.names[name];
+            let waiter = format!(
+                "{} (replica {replica}; Acquire sent at {sent:?}, wait {wait:?}; first waiting at \
+                 {queued:?}, position {position})",
+                who(client)
+            );
+            if position == 0 {
+                report.violations.push(format!(
+                    "{name_text}: {waiter} reported position 0 (1 = next in line)"
+                ));
+            }
+            // The server's deadline is at least this: it started counting after the send.
+            let deadline = sent + wait;
+            let (until, outcome_text) = match outcome {
+                WaitOutcome::Granted(token) => {
+                    (ended, format!("granted token {token} at {ended:?}"))
+                }
+                _ => (deadline, format!("answered not_granted at {ended:?}")),
+            };
+            if outcome == WaitOutcome::NotGranted && ended + CLOCK_SLACK < deadline {
+                report.waits_cut_short += 1;
+                report.violations.push(format!(
+                    "{name_text}: {waiter} was answered not_granted at {ended:?}, before its wait \
+                     could have run out ({deadline:?})"
+                ));
+            }
+            let list = grants.get(&name).map_or(&[][..], Vec::as_slice);
+            let others_needed = self.workload.holders_allowed(name) - 1;
+            let name_views = views.get(&name).map_or(&[][..], Vec::as_slice);
+            // Callers that asked after the waiter was queued, and early enough to be granted
+            // while it still waited.
+            let first = list.partition_point(|grant| grant.sent <= queued);
+            for later in list[first..].iter().take_while(|grant| grant.sent < until) {
+                if touches_fault(later.sent, later.received) {
+                    continue;
+                }
+                // On a counting name, `later` may go first if another permit was free for the
+                // waiter too: only when the other permits were held all through its call did it
+                // take the one the waiter was in line for.
+                if others_needed > 0 {
+                    let held_throughout = name_views
+                        .iter()
+                        .take_while(|view| view.start <= later.sent)
+                        .filter(|view| {
+                            view.lease != later.lease && view.end >= later.received + CLOCK_SLACK
+                        })
+                        .count();
+                    if held_throughout < others_needed {
+                        continue;
+                    }
+                    report.counting_fifo_pairs_checked += 1;
+                }
+                report.fifo_pairs_checked += 1;
+                let before = match outcome {
+                    WaitOutcome::Granted(token) => later.token < token,
+                    _ => later.received < deadline,
+                };
+                if before {
+                    report.overtakes += 1;
+                    report.violations.push(format!(
+                        "{name_text}: overtake: {waiter}, {outcome_text}, was overtaken by {} \
+                         (replica {}), whose Acquire was sent later at {:?} and granted token {} \
+                         at {:?}",
+                        who(later.client),
+                        later.replica,
+                        later.sent,
+                        later.token,
+                        later.received
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Faults that must not reorder a queue: the GC-pause holder is a client that stops renewing,
+/// and the lease's expiry hands it on to the next in line like any release.
+const QUEUE_SAFE_FAULTS: &[&str] = &["gc_pause"];

@@ -1,0 +1,187 @@
+//! Reliability under faults: clients contend for a few names through several real `leased`
+//! processes on one Redis while the test injects faults, and the checker (`reliability/checker.rs`)
+//! proves from the record that no lease was double-granted, no token went backwards, and (away
+//! from faults) no waiter was overtaken by a caller that asked after it was queued. Every run
+//! also has counting names (counting leases of limit 3, with their own clients), checked through
+//! the same faults: never more than 3 holders at once, and the same token and FIFO rules.
+//!
+//! CI runs a bounded schedule of every fault once. The long runs are `#[ignore]`d:
+//!
+//! ```text
+//! LEASED_CHECKER_SECONDS=600 cargo test --test reliability -- --ignored --nocapture
+//! ```
+//!
+//! (`LEASED_CHECKER_SEED` replays a client schedule.)
+//!
+//! One module per topic: `standalone` (faults on one Redis), `failover` (Sentinel failovers and
+//! the caveat after one), `seeded` (the checker flags seeded violations); what they share is
+//! below.
+
+mod checker;
+#[path = "../common/mod.rs"]
+mod common;
+
+mod failover;
+mod seeded;
+mod standalone;
+
+use std::sync::Arc;
+
+use checker::{Checker, Counting, GcPauses, Report, Workload};
+use tokio::{
+    sync::{Mutex, MutexGuard},
+    task::JoinHandle,
+};
+
+/// The checker tests load both cores; run them one at a time.
+async fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::const_new(());
+    LOCK.lock().await
+}
+
+fn seed() -> u64 {
+    std::env::var("LEASED_CHECKER_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+}
+
+/// How long the ignored long runs last.
+fn long_run_seconds() -> u64 {
+    std::env::var("LEASED_CHECKER_SECONDS")
+        .ok()
+        .and_then(|seconds| seconds.parse().ok())
+        .unwrap_or(600)
+}
+
+/// The limit of the counting names.
+const COUNTING_LIMIT: u32 = 3;
+
+fn ci_workload() -> Workload {
+    Workload {
+        clients: 16,
+        names: 4,
+        // Six clients per counting name: more than its 3 permits, so that callers wait.
+        counting: Counting {
+            clients: 12,
+            names: 2,
+            limit: COUNTING_LIMIT,
+        },
+        ttl_ms: (300, 1_200),
+        max_hold_ms: 800,
+        max_wait_ms: 2_000,
+        abandon_percent: 10,
+        gc_pauses: true,
+        seed: seed(),
+    }
+}
+
+/// The clients and the GC-pause holder of one run.
+struct Clients {
+    tasks: Vec<JoinHandle<()>>,
+    gc_pauses: Option<JoinHandle<GcPauses>>,
+}
+
+fn start_clients(checker: &Arc<Checker>, endpoints: &[String]) -> Clients {
+    let workload = &checker.workload;
+    println!(
+        "seed {} ({} clients, {} names; {} clients, {} counting names of limit {})",
+        workload.seed,
+        workload.clients,
+        workload.names,
+        workload.counting.clients,
+        workload.counting.names,
+        workload.counting.limit
+    );
+    let tasks = (0..checker.workload.all_clients())
+        .map(|index| {
+            tokio::spawn(checker::run_client(
+                checker.clone(),
+                index,
+                endpoints.to_vec(),
+            ))
+        })
+        .collect();
+    let gc_pauses = checker
+        .workload
+        .gc_pauses
+        .then(|| tokio::spawn(checker::run_gc_pauses(checker.clone(), endpoints.to_vec())));
+    Clients { tasks, gc_pauses }
+}
+
+impl Clients {
+    /// Stops the clients and returns how many GC pauses completed.
+    async fn stop(self, checker: &Checker) -> GcPauses {
+        checker.stop();
+        for task in self.tasks {
+            task.await.expect("a client panicked");
+        }
+        match self.gc_pauses {
+            Some(task) => task.await.expect("the GC-pause holder panicked"),
+            None => GcPauses::default(),
+        }
+    }
+}
+
+/// `min_gc_pauses` of each kind (on exclusive and on counting names) must have completed.
+fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_gc_pauses: usize) {
+    println!(
+        "GC pauses completed: {} on exclusive names, {} on counting names",
+        gc_pauses.exclusive, gc_pauses.counting
+    );
+    assert!(report.grants >= 50, "too few grants to prove anything");
+    if workload.counting.clients > 0 {
+        let limit = workload.counting.limit as usize;
+        assert!(
+            report.counting_grants >= 50,
+            "too few grants of counting names to prove anything"
+        );
+        assert!(
+            report.max_holders_counting >= limit,
+            "the views of {limit} holders of a counting name never overlapped (at most {}): the \
+             limit was never reached, so the check proves nothing",
+            report.max_holders_counting
+        );
+        assert!(
+            report.max_reported_held >= workload.counting.limit,
+            "no waiter of a counting name was told that every permit was taken"
+        );
+        assert!(
+            gc_pauses.counting >= min_gc_pauses,
+            "the GC-pause scenario never completed on a counting name"
+        );
+    }
+    assert!(
+        report.fifo_pairs_checked > 0,
+        "no waiter's place in line was checked: the FIFO check proves nothing"
+    );
+    assert_eq!(
+        report.overtakes,
+        0,
+        "waiters were overtaken, first: {}",
+        report
+            .violations
+            .iter()
+            .find(|violation| violation.contains("overtake"))
+            .map_or("", String::as_str)
+    );
+    assert!(
+        gc_pauses.exclusive >= min_gc_pauses,
+        "the GC-pause scenario never completed"
+    );
+    assert!(
+        report.stale_writes_rejected >= gc_pauses.exclusive,
+        "every GC-paused holder's stale write was rejected"
+    );
+    assert!(
+        report.violations.is_empty(),
+        "{} violations, first: {}",
+        report.violations.len(),
+        report.violations[0]
+    );
+}

@@ -1,0 +1,306 @@
+//! Faults on one Redis: network and process faults of Redis and of the replicas, each once in
+//! the CI schedule and repeated in the ignored long run.
+
+use std::{net::SocketAddr, time::Duration};
+
+use crate::checker::{self, Checker, Counting, Workload, until};
+use crate::common::{
+    proxy::{Fault, FaultProxy},
+    *,
+};
+use crate::{
+    COUNTING_LIMIT, assert_report, ci_workload, long_run_seconds, one_at_a_time, start_clients,
+};
+
+/// Puts `fault` on the links of `proxies` during `window` on the checker's clock, then lets the
+/// traffic pass again and records the fault as `kind`.
+async fn link_fault(
+    checker: &Checker,
+    proxies: &[FaultProxy],
+    fault: Fault,
+    window: std::ops::Range<Duration>,
+    kind: &'static str,
+) {
+    until(checker, window.start).await;
+    let start = checker.now();
+    for proxy in proxies {
+        proxy.set(fault);
+    }
+    until(checker, window.end).await;
+    for proxy in proxies {
+        proxy.set(Fault::Pass);
+    }
+    checker.fault(kind, start, false);
+}
+
+/// Redis, and `replicas` `leased` processes each reaching it through its own fault proxy.
+struct Standalone {
+    redis: RedisServer,
+    proxies: Vec<FaultProxy>,
+    replicas: Vec<Option<LeasedProcess>>,
+    addresses: Vec<SocketAddr>,
+    test: &'static str,
+}
+
+impl Standalone {
+    async fn start(replicas: usize, test: &'static str) -> Self {
+        let redis = RedisServer::start();
+        let proxies: Vec<FaultProxy> = (0..replicas)
+            .map(|_| FaultProxy::start(([127, 0, 0, 1], redis.port).into()))
+            .collect();
+        let mut started = Vec::new();
+        for (index, proxy) in proxies.iter().enumerate() {
+            started.push(Some(spawn_replica(proxy, test, index, None).await));
+        }
+        let addresses = started
+            .iter()
+            .map(|r| r.as_ref().unwrap().address)
+            .collect();
+        Standalone {
+            redis,
+            proxies,
+            replicas: started,
+            addresses,
+            test,
+        }
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.addresses
+            .iter()
+            .map(|address| format!("http://{address}"))
+            .collect()
+    }
+
+    /// SIGKILL to replica `index`: its clients move on to another replica.
+    fn kill_replica(&mut self, index: usize) {
+        if let Some(mut replica) = self.replicas[index].take() {
+            replica.kill();
+        }
+    }
+
+    /// Starts replica `index` again, on its old address.
+    async fn respawn_replica(&mut self, index: usize) {
+        let address = self.addresses[index];
+        let replica = spawn_replica(&self.proxies[index], self.test, index, Some(address)).await;
+        self.replicas[index] = Some(replica);
+    }
+
+    /// Every live replica grants and releases a fresh lease within 20 s: the system recovered by
+    /// itself.
+    async fn assert_recovered(&self) {
+        for replica in self.replicas.iter().flatten() {
+            replica.wait_serving().await;
+            let mut client = replica.client().await;
+            let name = format!("recovered/{}", replica.address.port());
+            let granted = must_acquire(&mut client, &name, 5_000).await;
+            assert!(release(&mut client, &granted).await);
+        }
+    }
+}
+
+async fn spawn_replica(
+    proxy: &FaultProxy,
+    test: &str,
+    index: usize,
+    address: Option<SocketAddr>,
+) -> LeasedProcess {
+    let log = log_dir(test).join(format!("leased-{index}.log"));
+    let mut serve = LeasedProcess::serve()
+        .redis(&proxy.redis_url())
+        .args(["--drain-grace", "2s"])
+        .log(Log::File(log));
+    if let Some(address) = address {
+        serve = serve.at(address);
+    }
+    serve.start().await
+}
+
+/// Runs one pass of every standalone fault, starting at `offset` on the checker's clock; returns
+/// when the pass is over.
+async fn standalone_fault_pass(
+    checker: &Checker,
+    topology: &mut Standalone,
+    offset: Duration,
+) -> ReplicaKill {
+    let at = |seconds: f64| offset + Duration::from_secs_f64(seconds);
+    let replicas = topology.proxies.len();
+
+    let proxies = &topology.proxies;
+    let link = |index: usize| std::slice::from_ref(&proxies[index % replicas]);
+    // 1. Latency on one replica's link, below the Redis timeout.
+    let slow = Fault::Delay(Duration::from_millis(300));
+    link_fault(checker, link(0), slow, at(3.0)..at(6.0), "net_delay_300ms").await;
+    // 2. A black hole on another replica's link.
+    let hole = Fault::BlackHole;
+    link_fault(checker, link(1), hole, at(7.0)..at(10.0), "net_black_hole").await;
+    // 3. A cut link: connections closed and refused.
+    link_fault(checker, link(2), Fault::Cut, at(11.0)..at(14.0), "net_cut").await;
+    // 4. Every link slower than the Redis timeout: every outcome is unknown to leased.
+    let slower = Fault::Delay(Duration::from_millis(1_500));
+    link_fault(
+        checker,
+        proxies,
+        slower,
+        at(15.0)..at(17.0),
+        "net_delay_1500ms_all",
+    )
+    .await;
+
+    // 5. Redis stopped (SIGSTOP) for 3 s.
+    until(checker, at(18.0)).await;
+    let start = checker.now();
+    topology.redis.pause();
+    until(checker, at(21.0)).await;
+    topology.redis.resume();
+    checker.fault("redis_sigstop_3s", start, false);
+
+    // 6. The busiest replica of the last 2 s killed; its clients continue through another one.
+    until(checker, at(23.0)).await;
+    let start = checker.now();
+    let mut recent_grants = vec![0usize; replicas];
+    for event in checker.events() {
+        if let checker::Event::Granted {
+            replica, received, ..
+        } = event
+            && received + Duration::from_secs(2) >= start
+        {
+            recent_grants[replica] += 1;
+        }
+    }
+    let victim = (0..replicas)
+        .max_by_key(|replica| recent_grants[*replica])
+        .unwrap();
+    topology.kill_replica(victim);
+    checker.fault("leased_sigkill", start, false);
+    let kill = ReplicaKill {
+        replica: victim,
+        at: start,
+    };
+
+    // 7. Redis restarted without persistence: every lease and counter is lost.
+    until(checker, at(26.0)).await;
+    let start = checker.now();
+    topology.redis.restart();
+    checker.fault("redis_restart_empty", start, true);
+
+    until(checker, at(32.0)).await;
+    if topology.replicas[victim].is_none() {
+        topology.respawn_replica(victim).await;
+    }
+    kill
+}
+
+/// A `leased` replica killed with SIGKILL.
+struct ReplicaKill {
+    replica: usize,
+    at: Duration,
+}
+
+/// Every client that was granted a lease through the killed replica in the 5 s before the kill
+/// was granted again afterwards, through another replica. Returns how many such clients there
+/// were.
+fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> usize {
+    let grants: Vec<(usize, usize, Duration)> = checker
+        .events()
+        .into_iter()
+        .filter_map(|event| match event {
+            checker::Event::Granted {
+                client,
+                replica,
+                received,
+                ..
+            } if client != usize::MAX => Some((client, replica, received)),
+            _ => None,
+        })
+        .collect();
+    let window = kill.at.saturating_sub(Duration::from_secs(5))..kill.at;
+    let mut on_victim: Vec<usize> = grants
+        .iter()
+        .filter(|(_, replica, received)| *replica == kill.replica && window.contains(received))
+        .map(|(client, _, _)| *client)
+        .collect();
+    on_victim.sort();
+    on_victim.dedup();
+    for client in &on_victim {
+        assert!(
+            grants
+                .iter()
+                .any(|(other, replica, received)| other == client
+                    && *replica != kill.replica
+                    && *received > kill.at),
+            "client {client} was on the killed replica {} and was never granted again",
+            kill.replica
+        );
+    }
+    on_victim.len()
+}
+
+/// The CI run: 16 clients on 4 names and 12 clients on 2 counting names of limit 3, 3 replicas,
+/// every standalone fault once (about 40 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_faults() {
+    let _serial = one_at_a_time().await;
+    let mut topology = Standalone::start(3, "reliability-standalone").await;
+    let checker = Checker::new(ci_workload(), "standalone");
+    let clients = start_clients(&checker, &topology.endpoints());
+
+    let kill = standalone_fault_pass(&checker, &mut topology, Duration::ZERO).await;
+    let gc_pauses = clients.stop(&checker).await;
+    topology.assert_recovered().await;
+    let moved = assert_clients_moved_on(&checker, &kill);
+    println!(
+        "{moved} clients were using the replica killed at {:?}; each was granted again through another",
+        kill.at
+    );
+    assert!(moved > 0, "no client was using the killed replica");
+
+    let report = checker.verify();
+    report.print("standalone Redis, network, replica faults");
+    assert_report(&report, &checker.workload, gc_pauses, 1);
+}
+
+/// Long run (ignored): every standalone fault, over and over, for `LEASED_CHECKER_SECONDS`, with
+/// 32 clients on 6 names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long run: LEASED_CHECKER_SECONDS=600 cargo test --test reliability -- --ignored"]
+async fn long_run_standalone_faults() {
+    let _serial = one_at_a_time().await;
+    let mut topology = Standalone::start(3, "reliability-long-standalone").await;
+    let checker = Checker::new(
+        Workload {
+            clients: 32,
+            names: 6,
+            counting: Counting {
+                clients: 18,
+                names: 3,
+                limit: COUNTING_LIMIT,
+            },
+            ..ci_workload()
+        },
+        "long-standalone",
+    );
+    let clients = start_clients(&checker, &topology.endpoints());
+    let run_for = Duration::from_secs(long_run_seconds());
+    let mut offset = Duration::ZERO;
+    let mut kills = Vec::new();
+    while offset + Duration::from_secs(34) <= run_for {
+        kills.push(standalone_fault_pass(&checker, &mut topology, offset).await);
+        offset = checker.now();
+    }
+    until(&checker, run_for).await;
+    let gc_pauses = clients.stop(&checker).await;
+    topology.assert_recovered().await;
+    let moved: usize = kills
+        .iter()
+        .map(|kill| assert_clients_moved_on(&checker, kill))
+        .sum();
+    println!(
+        "{} replica kills; {moved} clients were using a killed replica and moved on",
+        kills.len()
+    );
+
+    let report = checker.verify();
+    report.print("long run, standalone faults");
+    assert_report(&report, &checker.workload, gc_pauses, 1);
+}
