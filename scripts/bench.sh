@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The benchmark command (README, "Performance"): installs what the benchmarks need when it is
+# The benchmark command (CONTRIBUTING.md, "Benchmarks"; the scenarios and figures:
+# docs/src/performance.md): installs what the benchmarks need when it is
 # missing (redis-server and redis-benchmark, etcd for the etcd peer, the project venv with redis-py),
 # then runs every scenario in release mode. Arguments go to the bench: `--quick` for the short CI
 # run, `--only grpc_cycle,handoff` for some scenarios. Results: the Markdown tables on stdout and

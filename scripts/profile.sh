@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A CPU flame graph of the `leased` server while the bench drives one scenario (README,
-# "Performance"): runs `scripts/bench.sh --only <scenario> --callers <N>` with long measurements,
+# A CPU flame graph of the `leased` server while the bench drives one scenario (CONTRIBUTING.md,
+# "Profiling"): runs `scripts/bench.sh --only <scenario> --callers <N>` with long measurements,
 # samples the server with `perf record` (the cpu-clock software event, which works where hardware
 # counters do not, DWARF call graphs), and renders the samples with inferno.
 #

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command (README, "Testing"): installs what the tests need when it is missing, then runs
-# every test: `cargo test` (Rust unit and integration tests against a real redis-server), `pytest
-# tests/python` (the Python client, the Helm chart and the proto's buf checks), and the Go, Java
-# and Node.js clients' own tests (each `examples/<language>/test.sh` installs its toolchain).
+# The test command (README, "Run it, test it"; CONTRIBUTING.md, "Testing"): installs what the
+# tests need when it is missing, then runs every test: `cargo test` (Rust unit and integration
+# tests against a real redis-server), `pytest tests/python` (the Python client, the Helm chart and
+# the proto's buf checks), and the Go, Java and Node.js clients' own tests (each
+# `examples/<language>/test.sh` installs its toolchain); and it builds the book (scripts/docs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,9 @@ export LEASED_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/leased"
 
 # buf (from npm) for the proto's lint, format and breaking checks, and their tests in pytest.
 scripts/buf/check.sh
+# The book (docs/, mdBook) builds, and no relative link or anchor in it or in README.md,
+# ARCHITECTURE.md, CONTRIBUTING.md and CHANGELOG.md is broken.
+scripts/docs.sh
 
 cargo test --locked
 .venv/bin/pytest -q tests/python

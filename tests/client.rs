@@ -1,6 +1,7 @@
 //! The Rust client: `LeaseGuard` renewals, loss detection and release on drop, `watch`,
 //! `check_token` and `LeaseAdminClient` (list, revoke, with a bearer token), against a real server
-//! on a real Redis; and `examples/guard.rs`, which the README shows.
+//! on a real Redis; and `examples/guard.rs`, which the README shows (the book's Rust client page
+//! includes the file itself).
 
 mod common;
 
@@ -123,7 +124,8 @@ async fn dropping_the_guard_releases_the_lease() {
     }
 }
 
-/// `examples/guard.rs` runs against a real server, and the README shows exactly that program.
+/// `examples/guard.rs` runs against a real server, and the README shows exactly that program (the
+/// book's page, docs/src/clients/rust.md, includes the file with mdBook's `{{#include}}`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guard_example_runs_and_matches_the_readme() {
     let example = include_str!("../examples/guard.rs");
@@ -131,6 +133,11 @@ async fn the_guard_example_runs_and_matches_the_readme() {
     assert!(
         readme.contains(&format!("```rust\n{example}```")),
         "README's Rust client example differs from examples/guard.rs"
+    );
+    let page = include_str!("../docs/src/clients/rust.md");
+    assert!(
+        page.contains("```rust\n{{#include ../../../examples/guard.rs}}\n```"),
+        "the book's Rust client page no longer includes examples/guard.rs"
     );
 
     let redis = RedisServer::start();

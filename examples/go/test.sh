@@ -3,7 +3,7 @@
 #
 # Everything comes from Debian 12 packages (the Go module proxy is not needed): the Go
 # toolchain, protoc, protoc-gen-go-grpc and the sources of grpc-go and the protobuf runtime
-# under /usr/share/gocode, built in GOPATH mode (see the README's Go section for why).
+# under /usr/share/gocode, built in GOPATH mode (see docs/src/clients/go.md for why).
 # Installs what is missing (as root), generates the stubs into gen/ (not checked in), checks
 # gofmt and go vet, then runs go test. Extra arguments go to `go test` (e.g. -run Revoke).
 #
