@@ -11,7 +11,7 @@ use leased::{
 use tracing_subscriber::EnvFilter;
 
 // mimalloc: gRPC and Redis traffic allocate many small short-lived buffers, which glibc malloc
-// serves slower (see README, "Performance").
+// serves slower (docs/src/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -122,7 +122,7 @@ async fn serve_and_drain(
 }
 
 /// HTTP/2 limits that hyper and h2 default to, set here so that an upgrade cannot move what the
-/// README's table of answers says: 16 KiB of headers per call (431 past it, GOAWAY far past it),
+/// guarantees page's table of answers (docs/src/guarantees.md) says: 16 KiB of headers per call (431 past it, GOAWAY far past it),
 /// and GOAWAY ENHANCE_YOUR_CALM once 20 streams reset by the client wait to be accepted (rapid
 /// reset).
 fn http2_limits(builder: Server) -> Server {

@@ -1,5 +1,6 @@
 -- leave: take the entries of callers that stopped waiting (gave up, timed out, cancelled) out of
 -- a name's queue. Prepended with prelude.lua.
+-- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)

@@ -1,5 +1,6 @@
 -- prelude.lua: shared by the scripts that touch a name's wait queue or read its holder, which
 -- prepend it.
+-- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- The queue is a sorted set (<prefix>{name}:queue): member '<replica>:<n>', score the arrival
 -- order (the tail's score + 1). Each replica with waiters on the name keeps a deadline (Unix ms,
@@ -8,7 +9,7 @@
 -- when the queue empties. Wake-ups are published on the name's shard channel, and only when someone
 -- is queued: 'w<member>' (a free permit goes to that entry: it is first in line and the lease is
 -- free, or for a counting lease one of the first k in line with k permits free) and 'm' (positions
--- or the holders changed). ARCHITECTURE.md, "Fair waiting".
+-- or the holders changed). docs/src/internals/fair-waiting.md.
 --
 -- The same channel carries the changes of holder, and only while some replica watches the name
 -- (<prefix>{name}:watchers exists: watching.lua): 'g' granted, 'r' released, 'v' revoked (the
@@ -33,7 +34,7 @@
 --                           'limit' -> the limit they were granted with, and 't' -> the last
 --                           token issued (the name's counter while the lease holds permits)
 -- Both expire when the last permit frees. A permit whose moment passed is free; the writing
--- scripts drop such records. ARCHITECTURE.md, "Redis key layout".
+-- scripts drop such records. docs/src/internals/redis-layout.md.
 
 -- At most this many wake-ups per script: callers past them learn of their free permit from the
 -- 'm' published with them (their replica re-reads the queue), a round trip later.

@@ -3,6 +3,7 @@
 -- revoked: one in its lock-delay has expired already. Each revoked holder's renewals answer the
 -- reason (renew.lua) for the grant's TTL; the callers in line that the freed permits go to are
 -- woken, as release.lua does. Prepended with prelude.lua.
+-- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)

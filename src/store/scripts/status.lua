@@ -1,6 +1,7 @@
 -- status: one replica's heartbeat for its waiters of a name: renew its deadline, purge the entries
 -- of dead replicas, and read who holds the lease and where each of its entries stands.
 -- Prepended with prelude.lua.
+-- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)

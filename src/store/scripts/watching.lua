@@ -3,6 +3,7 @@
 -- shard channel; with nobody watching they publish nothing. Each replica renews its deadline
 -- about every second; a field past its deadline (a replica gone) is dropped here, and the hash
 -- lapses by itself when every replica stopped renewing it. Prepended with prelude.lua.
+-- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}:watchers  hash: replica -> deadline (Unix ms, Redis time)
 -- ARGV[1]  replica   ARGV[2] '1': watching, '0': not any more   ARGV[3] ttl_ms (the deadline and
