@@ -6,8 +6,8 @@
 mod events;
 pub mod limits;
 mod waiters;
-pub mod waiting;
-pub mod watch;
+pub(crate) mod waiting;
+pub(crate) mod watch;
 
 use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 

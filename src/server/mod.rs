@@ -10,8 +10,8 @@
 
 mod acquire;
 mod admin;
-pub mod auth;
-pub mod connections;
+pub(crate) mod auth;
+mod connections;
 mod health;
 mod held_leases;
 mod options;
@@ -34,14 +34,14 @@ use crate::{
     lease::{LeaseStore, Replica},
     shutdown::Shutdown,
 };
-pub use connections::ConnectionLimits;
+pub(crate) use connections::ConnectionLimits;
 pub use health::LIVENESS_SERVICE;
-pub use options::{Listeners, ServerOptions, TlsFiles};
-pub use service::LeaseServiceImpl;
+pub(crate) use options::{Listeners, ServerOptions, TlsFiles};
+pub(crate) use service::LeaseServiceImpl;
 
 /// Serves `store` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
 /// waiters and Renew streams end with `UNAVAILABLE`, and in-flight calls get `drain_grace` to finish.
-pub async fn run<S: LeaseStore>(
+pub(crate) async fn run<S: LeaseStore>(
     store: Arc<Replica<S>>,
     options: ServerOptions,
     listeners: Listeners,
@@ -122,9 +122,9 @@ async fn serve_and_drain(
 }
 
 /// HTTP/2 limits that hyper and h2 default to, set here so that an upgrade cannot move what the
-/// guarantees page's table of answers (docs/src/guarantees.md) says: 16 KiB of headers per call (431 past it, GOAWAY far past it),
-/// and GOAWAY ENHANCE_YOUR_CALM once 20 streams reset by the client wait to be accepted (rapid
-/// reset).
+/// table of answers in docs/src/guarantees.md says: 16 KiB of headers per call (431 past it,
+/// GOAWAY far past it), and GOAWAY ENHANCE_YOUR_CALM once 20 streams reset by the client wait to
+/// be accepted (rapid reset).
 fn http2_limits(builder: Server) -> Server {
     builder
         .http2_max_header_list_size(Some(16 * 1024))
