@@ -1,0 +1,366 @@
+//! The waiting policy of `Acquire`: try; while the lease is busy, wait in the store's queue
+//! until this caller is first in line and the lease is free (a wake-up from the store), the
+//! holder's expiry passes while this caller is first (a local timer), the caller gives up, or the
+//! wait runs out. No polling loop: every attempt has a cause. ARCHITECTURE.md, "Fair waiting".
+
+mod tending;
+#[cfg(test)]
+mod tests;
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::{
+    sync::mpsc,
+    time::{Instant, sleep_until},
+};
+
+use super::{
+    AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, Replica,
+    ValidatedAcquire, waiters::Ticket,
+};
+use crate::{
+    error::{Error, Result},
+    metrics::metrics,
+    shutdown::Shutdown,
+};
+pub use tending::TEND_INTERVAL;
+use tending::tend_queue;
+
+/// Redis expires a key one millisecond after its PTTL reaches zero; wake a little later than the
+/// holder's expiry so that the retry finds the lease free rather than busy for 0 ms more.
+const EXPIRY_SLACK: Duration = Duration::from_millis(2);
+
+/// What the caller of [`acquire`] sees, in order: zero or more `Waiting`, then one terminal event.
+#[derive(Debug)]
+pub enum AcquireEvent {
+    /// The caller waits in the queue. Sent when waiting starts and whenever its position or the
+    /// holder changes.
+    Waiting(Placement),
+    /// Terminal: the caller holds the lease, once it takes the grant out of the delivery.
+    Granted(GrantDelivery),
+    /// Terminal: not granted (at once for a try-once call, or the wait ran out): who holds it.
+    /// No holder: the lease is free, but someone ahead in the queue gets it first.
+    NotGranted(Occupancy),
+}
+
+/// A grant on its way to the caller. Dropped before [`GrantDelivery::deliver`] (the caller left
+/// while it sat in the stream's buffer), it releases the lease, so that the next in line gets it
+/// now rather than after a whole TTL.
+pub struct GrantDelivery {
+    grant: Grant,
+    release: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl GrantDelivery {
+    /// The grant, while it is still undelivered.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// Hands the grant over: from here on, the caller is responsible for the lease.
+    pub fn deliver(mut self) -> Grant {
+        self.release = None;
+        self.grant.clone()
+    }
+}
+
+impl Drop for GrantDelivery {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+impl std::fmt::Debug for GrantDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("GrantDelivery").field(&self.grant).finish()
+    }
+}
+
+/// How a wait ends.
+enum Terminal {
+    Granted(Grant),
+    NotGranted(Occupancy),
+}
+
+/// Runs one `Acquire`: returns the events as a channel fed by a spawned task. Dropping the
+/// receiver cancels the wait; a grant that can no longer be delivered is released at once.
+pub fn acquire<S: LeaseStore>(
+    store: Arc<Replica<S>>,
+    request: ValidatedAcquire,
+    shutdown: Shutdown,
+) -> mpsc::Receiver<Result<AcquireEvent>> {
+    let (events, receiver) = mpsc::channel(4);
+    tokio::spawn(async move {
+        let lease_id = LeaseId::generate();
+        let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
+        match outcome {
+            Ok(Some(Terminal::Granted(grant))) => {
+                let delivery = delivery(&store, &request.name, grant);
+                // If the caller left, the unsent delivery drops here and releases the lease.
+                let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
+            }
+            Ok(Some(Terminal::NotGranted(occupancy))) => {
+                let _ = events.send(Ok(AcquireEvent::NotGranted(occupancy))).await;
+            }
+            Ok(None) => {} // the caller left or the server stops; nothing to say
+            Err(error) => {
+                undo_if_unknown(&store, &request.name, &lease_id, &error);
+                let _ = events.send(Err(error)).await;
+            }
+        }
+    });
+    receiver
+}
+
+/// Runs one try-once `Acquire` (`wait` zero) to its terminal event in the caller's own task: one
+/// store call, no spawned task and no channel, so that a server can answer before it opens the
+/// response stream. If the caller leaves while the store call is in flight (the future is
+/// dropped), the grant it may have made is released.
+pub async fn try_once<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    request: &ValidatedAcquire,
+) -> Result<AcquireEvent> {
+    let lease_id = LeaseId::generate();
+    let in_flight = ReleaseIfDropped {
+        store,
+        name: &request.name,
+        lease_id: &lease_id,
+    };
+    let outcome = store.try_acquire(request, &lease_id, None).await;
+    in_flight.disarm();
+    match outcome {
+        Ok(AcquireOutcome::Granted(grant)) => {
+            Ok(AcquireEvent::Granted(delivery(store, &request.name, grant)))
+        }
+        Ok(AcquireOutcome::Busy { occupancy, .. }) => Ok(AcquireEvent::NotGranted(occupancy)),
+        Ok(refused) => Err(refusal(request, refused)),
+        Err(error) => {
+            undo_if_unknown(store, &request.name, &lease_id, &error);
+            Err(error)
+        }
+    }
+}
+
+/// Releases, in the background, the grant that a store call dropped mid-flight may have made.
+struct ReleaseIfDropped<'a, S: LeaseStore> {
+    store: &'a Arc<Replica<S>>,
+    name: &'a LeaseName,
+    lease_id: &'a LeaseId,
+}
+
+impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
+    /// The store call completed: its outcome is handled by the caller.
+    fn disarm(self) {
+        std::mem::forget(self); // holds only references: nothing leaks
+    }
+}
+
+impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
+    fn drop(&mut self) {
+        tracing::debug!(name = %self.name, "caller left during its acquire attempt; releasing");
+        release_in_background(self.store, self.name, self.lease_id);
+    }
+}
+
+/// A grant ready for its caller, released if it never reaches them.
+fn delivery<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    name: &LeaseName,
+    grant: Grant,
+) -> GrantDelivery {
+    let (store, name) = (store.clone(), name.clone());
+    let lease_id = grant.lease_id.clone();
+    GrantDelivery {
+        grant,
+        release: Some(Box::new(move || {
+            tracing::debug!(%name, "caller left before the grant reached it; releasing");
+            release_in_background(&store, &name, &lease_id);
+        })),
+    }
+}
+
+/// After a failed store call: the store may have committed a grant we never heard of (the
+/// answer was lost). Undoes it in the background with the same lease id (release is conditional
+/// and idempotent).
+fn undo_if_unknown<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    name: &LeaseName,
+    lease_id: &LeaseId,
+    error: &Error,
+) {
+    if matches!(error, Error::Unavailable(_)) {
+        release_in_background(store, name, lease_id);
+    }
+}
+
+/// Releases `lease_id`'s grant of `name` in a task of its own, quietly (see [`release_quietly`]).
+fn release_in_background<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    name: &LeaseName,
+    lease_id: &LeaseId,
+) {
+    let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
+    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+}
+
+/// The error for an attempt the store refused outright: the queue is full, or the limit differs
+/// from the one in force.
+fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
+    match outcome {
+        AcquireOutcome::QueueFull { limit } => Error::ResourceExhausted(format!(
+            "too many callers are waiting for this lease (limit {limit})"
+        )),
+        AcquireOutcome::LimitMismatch { limit } => Error::FailedPrecondition(format!(
+            "limit {} differs from the limit in force, {limit}: every holder of a name must ask \
+             for the same limit",
+            request.limit
+        )),
+        other => Error::Internal {
+            name: request.name.to_string(),
+            detail: format!("{other:?} is not a refusal"),
+        },
+    }
+}
+
+/// What a `Waiting` message told the caller. A change of any of it is sent again.
+#[derive(Debug, PartialEq, Eq)]
+struct Shown {
+    position: u32,
+    /// Permits held.
+    held: u32,
+    /// The holder string and token of the permit that frees soonest.
+    holder: Option<(String, u64)>,
+}
+
+/// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
+async fn wait_for_grant<S: LeaseStore>(
+    store: &Arc<Replica<S>>,
+    request: &ValidatedAcquire,
+    lease_id: &LeaseId,
+    events: &mpsc::Sender<Result<AcquireEvent>>,
+    shutdown: &Shutdown,
+) -> Result<Option<Terminal>> {
+    let deadline = Instant::now() + request.wait;
+    // A caller that may wait takes a ticket before its first attempt, so that the attempt queues
+    // it if the lease is busy, and every wake-up after it reaches this caller.
+    let mut ticket = match request.wait.is_zero() {
+        true => None,
+        false => Some(join(store, &request.name)),
+    };
+    let mut reported: Option<Shown> = None;
+    loop {
+        let entry = ticket.as_ref().map(Ticket::entry);
+        let outcome = match store.try_acquire(request, lease_id, entry).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                // The store may still run this attempt after the caller has its error (a stall
+                // past the timeout) and queue an entry that nobody here will take.
+                if entry.is_some() && matches!(error, Error::Unavailable(_)) {
+                    store.waiters().reconcile(request.name.as_str());
+                }
+                return Err(error);
+            }
+        };
+        let mut placement = match outcome {
+            AcquireOutcome::Granted(grant) => {
+                if let Some(ticket) = ticket.take() {
+                    ticket.granted();
+                }
+                return Ok(Some(Terminal::Granted(grant)));
+            }
+            AcquireOutcome::Busy {
+                occupancy,
+                position,
+            } => Placement {
+                position,
+                occupancy,
+            },
+            refused => return Err(refusal(request, refused)),
+        };
+        let Some(ticket) = ticket.as_mut() else {
+            return Ok(Some(Terminal::NotGranted(placement.occupancy)));
+        };
+        let wake = ticket.wake_signal();
+        // Wait in line until there is a reason to try again.
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Some(Terminal::NotGranted(placement.occupancy)));
+            }
+            let occupancy = &placement.occupancy;
+            let shown = Shown {
+                position: placement.position,
+                held: occupancy.held,
+                holder: occupancy
+                    .holder
+                    .as_ref()
+                    .map(|h| (h.holder.clone(), h.fencing_token)),
+            };
+            if reported.as_ref() != Some(&shown) {
+                reported = Some(shown);
+                let waiting = AcquireEvent::Waiting(placement.clone());
+                if events.send(Ok(waiting)).await.is_err() {
+                    return Ok(None);
+                }
+            }
+            // Only the first in line acts on the expiry of the permit that frees soonest; the
+            // others move up when it is granted.
+            let no_permit_free = placement.occupancy.free_permits(request.limit) == 0;
+            let wake_at = match (&placement.occupancy.holder, placement.position) {
+                (Some(holder), 1) if no_permit_free => match holder.expiry {
+                    Some(expiry) => {
+                        let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
+                        deadline.min(now + remaining + EXPIRY_SLACK)
+                    }
+                    None => deadline, // no expiry: only a release or the deadline can end the wait
+                },
+                _ => deadline,
+            };
+            tokio::select! {
+                _ = wake.notified() => break,
+                moved = ticket.moved() => {
+                    placement = moved;
+                    // Dropped from the queue (purged, or Redis lost it): join again. Close enough
+                    // to the front that a free permit is this caller's: take it.
+                    let free = placement.occupancy.free_permits(request.limit);
+                    if placement.position == 0 || placement.position <= free {
+                        break;
+                    }
+                }
+                _ = sleep_until(wake_at) => {
+                    if wake_at < deadline {
+                        metrics().expiries_seen.inc();
+                    }
+                    break;
+                }
+                _ = events.closed() => return Ok(None),
+                _ = shutdown.fired() => return Err(Error::ShuttingDown),
+            }
+        }
+    }
+}
+
+/// Registers a waiter of `name` on this replica; the first one starts the name's tending task.
+fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName) -> Ticket {
+    let (ticket, first_here) = store.waiters().join(name);
+    if let Some(tend) = first_here {
+        tokio::spawn(tend_queue(store.clone(), name.clone(), tend));
+    }
+    ticket
+}
+
+/// Releases a lease whose grant could not be delivered; failures only shorten nothing, since the
+/// lease expires by itself at its TTL.
+async fn release_quietly<S: LeaseStore>(store: &Replica<S>, name: &LeaseName, lease_id: &LeaseId) {
+    for attempt in 0..3u32 {
+        match store.release(name, lease_id).await {
+            Ok(_) => return,
+            Err(error) => {
+                tracing::debug!(%name, attempt, %error, "could not release an undelivered grant");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The view of a watched name and the pure decisions on it: which events a reported change, a
+//! read or a passing deadline makes, with no store I/O.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use super::{UpdateCause, WatchUpdate, registry::Watchers};
+use crate::lease::{ChangeCause, Description, Expiry, Holder, LeaseChange};
+
+/// A holder that the store no longer shows before its TTL passed was released or revoked, and
+/// the store's message saying so is on its way: it gets this long to arrive before the holder
+/// is reported expired.
+pub(super) const RELEASE_GRACE: Duration = Duration::from_millis(10);
+
+/// Who holds a watched name, by fencing token, as its watchers were told.
+#[derive(Clone, Debug, Default)]
+pub(super) struct View {
+    /// The limit of the holders; meaningless while there are none.
+    limit: u32,
+    holders: BTreeMap<u64, Holding>,
+    /// The largest token seen in a change or a read: a grant reported with a token not above it
+    /// is old news.
+    pub(super) max_token: u64,
+}
+
+/// One grant in a view.
+#[derive(Clone, Debug)]
+struct Holding {
+    holder: String,
+    /// `None`: no expiry (a key written by something other than leased).
+    expiry: Option<LocalExpiry>,
+    /// When a read first did not show it, before its TTL passed.
+    gone_since: Option<Instant>,
+}
+
+/// When a grant expires, on this replica's clock.
+#[derive(Clone, Copy, Debug)]
+struct LocalExpiry {
+    /// When the TTL passes unless it was renewed (renewals are not reported: the read at this
+    /// deadline tells).
+    deadline: Instant,
+    at_unix_ms: i64,
+    lock_delay_ms: i64,
+}
+
+/// The holder holds it: its TTL has not passed (it is not in its lock-delay).
+fn holds(info: &Holder) -> bool {
+    info.expiry.is_none_or(|expiry| expiry.held_ms() > 0)
+}
+
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+impl Holding {
+    fn read(info: &Holder, now: Instant) -> Self {
+        Holding {
+            holder: info.holder.clone(),
+            expiry: info.expiry.map(|expiry| LocalExpiry {
+                deadline: now + millis(expiry.held_ms()),
+                at_unix_ms: expiry.at_unix_ms,
+                lock_delay_ms: expiry.lock_delay_ms,
+            }),
+            gone_since: None,
+        }
+    }
+
+    /// As an event shows it, with the time left as of `now`.
+    fn info(&self, fencing_token: u64, now: Instant) -> Holder {
+        Holder {
+            holder: self.holder.clone(),
+            fencing_token,
+            expiry: self.expiry.map(|expiry| {
+                let frees_at = expiry.deadline + millis(expiry.lock_delay_ms);
+                Expiry {
+                    remaining_ms: frees_at.saturating_duration_since(now).as_millis() as i64,
+                    at_unix_ms: expiry.at_unix_ms,
+                    lock_delay_ms: expiry.lock_delay_ms,
+                }
+            }),
+        }
+    }
+
+    /// When the tending task must look at it again.
+    fn due(&self) -> Option<Instant> {
+        match self.gone_since {
+            Some(since) => Some(since + RELEASE_GRACE),
+            None => self.expiry.map(|expiry| expiry.deadline),
+        }
+    }
+}
+
+impl View {
+    /// The holders a read shows (those in their lock-delay no longer hold it).
+    fn read(description: &Description, now: Instant, max_token: u64) -> Self {
+        let read_max = description.holders.iter().map(|h| h.fencing_token).max();
+        View {
+            limit: description.limit,
+            holders: description
+                .holders
+                .iter()
+                .filter(|info| holds(info))
+                .map(|info| (info.fencing_token, Holding::read(info, now)))
+                .collect(),
+            max_token: max_token.max(read_max.unwrap_or(0)),
+        }
+    }
+
+    fn event(
+        &self,
+        cause: UpdateCause,
+        subject: Option<Holder>,
+        reason: String,
+        now: Instant,
+    ) -> WatchUpdate {
+        let holders: Vec<Holder> = self
+            .holders
+            .iter()
+            .map(|(token, holding)| holding.info(*token, now))
+            .collect();
+        WatchUpdate {
+            cause,
+            subject,
+            limit: if holders.is_empty() { 0 } else { self.limit },
+            holders,
+            reason,
+        }
+    }
+
+    pub(super) fn snapshot(&self, now: Instant) -> WatchUpdate {
+        let first = self.holders.iter().next();
+        let subject = first.map(|(token, holding)| holding.info(*token, now));
+        self.event(UpdateCause::Snapshot, subject, String::new(), now)
+    }
+
+    /// The same grants (tokens and holders) under the same limit.
+    fn same_holders(&self, other: &View) -> bool {
+        let holders = |view: &View| {
+            view.holders
+                .iter()
+                .map(|(token, holding)| (*token, holding.holder.clone()))
+                .collect::<Vec<_>>()
+        };
+        let limit = |view: &View| match view.holders.is_empty() {
+            true => 0,
+            false => view.limit,
+        };
+        limit(self) == limit(other) && holders(self) == holders(other)
+    }
+
+    /// When the earliest holder's expiry (or grace) is due.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.holders.values().filter_map(Holding::due).min()
+    }
+}
+
+/// The tending task's handle on one name's view, sending an event for each change it makes.
+pub(super) struct Tender<'a> {
+    pub(super) watchers: &'a Watchers,
+    pub(super) name: &'a str,
+    pub(super) view: View,
+}
+
+impl Tender<'_> {
+    fn emit(&self, cause: UpdateCause, subject: Option<Holder>, reason: String, now: Instant) {
+        let event = self.view.event(cause, subject, reason, now);
+        self.watchers.publish(self.name, Some(event), &self.view);
+    }
+
+    /// Applies one change reported by the store, in order; stale ones are ignored.
+    pub(super) fn apply(&mut self, change: LeaseChange, now: Instant) {
+        let token = change.fencing_token;
+        match change.cause {
+            ChangeCause::Granted => {
+                if token <= self.view.max_token {
+                    return; // already known: from a read, or reported twice
+                }
+                let holding = Holding {
+                    holder: change.holder,
+                    expiry: Some(LocalExpiry {
+                        deadline: now + millis(change.ttl_ms),
+                        at_unix_ms: change.expires_at_ms,
+                        lock_delay_ms: 0,
+                    }),
+                    gone_since: None,
+                };
+                self.grant(token, holding, change.limit, now);
+            }
+            ChangeCause::Released | ChangeCause::Revoked => {
+                let cause = match change.cause {
+                    ChangeCause::Revoked => UpdateCause::Revoked,
+                    _ => UpdateCause::Released,
+                };
+                if let Some(expiry) = self
+                    .view
+                    .holders
+                    .get_mut(&token)
+                    .and_then(|holding| holding.expiry.as_mut())
+                    .filter(|_| change.expires_at_ms > 0)
+                {
+                    expiry.at_unix_ms = change.expires_at_ms;
+                }
+                self.end(token, cause, change.reason, now);
+            }
+        }
+    }
+
+    /// A new grant. The holders it leaves no room for (all of them, for an exclusive lease or
+    /// another limit) are gone without a word from the store: their TTL passed.
+    fn grant(&mut self, token: u64, holding: Holding, limit: u32, now: Instant) {
+        self.view.max_token = self.view.max_token.max(token);
+        if limit != self.view.limit {
+            let ended: Vec<u64> = self.view.holders.keys().copied().collect();
+            for ended in ended {
+                self.end(ended, UpdateCause::Expired, String::new(), now);
+            }
+        }
+        while self.view.holders.len() >= limit.max(1) as usize {
+            let soonest = self
+                .view
+                .holders
+                .iter()
+                .min_by_key(|(_, holding)| holding.expiry.map(|expiry| expiry.deadline))
+                .map(|(token, _)| *token);
+            // No expiry sorts first: a key without one that a grant replaced is gone too.
+            let Some(ended) = soonest else { break };
+            self.end(ended, UpdateCause::Expired, String::new(), now);
+        }
+        self.view.limit = limit;
+        let subject = holding.info(token, now);
+        self.view.holders.insert(token, holding);
+        self.emit(UpdateCause::Granted, Some(subject), String::new(), now);
+    }
+
+    /// `token` ended (if it is in the view).
+    fn end(&mut self, token: u64, cause: UpdateCause, reason: String, now: Instant) {
+        if let Some(holding) = self.view.holders.remove(&token) {
+            let subject = holding.info(token, now);
+            self.emit(cause, Some(subject), reason, now);
+        }
+    }
+
+    /// A full read: the view is what the store shows, and watchers get it as a snapshot.
+    pub(super) fn replace(&mut self, description: &Description, now: Instant) {
+        self.view = View::read(description, now, self.view.max_token);
+        let snapshot = self.view.snapshot(now);
+        self.watchers.publish(self.name, Some(snapshot), &self.view);
+    }
+
+    /// A read after changes may have been missed: a snapshot only if they were.
+    pub(super) fn resync(&mut self, description: &Description, now: Instant) {
+        let read = View::read(description, now, self.view.max_token);
+        match read.same_holders(&self.view) {
+            true => {
+                self.view = read; // fresher expiries
+                self.watchers.publish(self.name, None, &self.view);
+            }
+            false => self.replace(description, now),
+        }
+    }
+
+    /// A read at a holder's deadline. Holders the view had before the read (token up to
+    /// `max_before`) are renewed, expired, or gone before their deadline (released or revoked:
+    /// expired if the store's message does not come within [`RELEASE_GRACE`]); grants the store
+    /// shows that no message reported yet are granted (the message, when it comes, is old news).
+    pub(super) fn check_expiries(
+        &mut self,
+        description: &Description,
+        max_before: u64,
+        now: Instant,
+    ) {
+        let read: HashMap<u64, &Holder> = description
+            .holders
+            .iter()
+            .map(|info| (info.fencing_token, info))
+            .collect();
+        let known: Vec<u64> = self
+            .view
+            .holders
+            .range(..=max_before)
+            .map(|(token, _)| *token)
+            .collect();
+        for token in known {
+            let Some(holding) = self.view.holders.get_mut(&token) else {
+                continue;
+            };
+            match read.get(&token) {
+                Some(info) if holds(info) => *holding = Holding::read(info, now),
+                // The store says its TTL passed (it may be in its lock-delay).
+                Some(_) => self.end(token, UpdateCause::Expired, String::new(), now),
+                None => {
+                    let deadline_passed =
+                        holding.expiry.is_some_and(|expiry| expiry.deadline <= now);
+                    let gone_since = *holding.gone_since.get_or_insert(now);
+                    if deadline_passed || now >= gone_since + RELEASE_GRACE {
+                        self.end(token, UpdateCause::Expired, String::new(), now);
+                    }
+                }
+            }
+        }
+        let unreported: Vec<&Holder> = description
+            .holders
+            .iter()
+            .filter(|info| info.fencing_token > self.view.max_token && holds(info))
+            .collect();
+        for info in unreported {
+            let holding = Holding::read(info, now);
+            self.grant(info.fencing_token, holding, description.limit, now);
+        }
+        let read_max = read.keys().copied().max().unwrap_or(0);
+        self.view.max_token = self.view.max_token.max(read_max);
+        self.watchers.publish(self.name, None, &self.view);
+    }
+}
