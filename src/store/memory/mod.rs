@@ -1,0 +1,445 @@
+//! The embedded store: all leases and wait queues in one in-process map. The default when no
+//! Redis URL is given; the same contract as Redis, for one `leased` process.
+
+mod state;
+
+use std::{
+    collections::VecDeque,
+    ops::Bound,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use state::{HeldLease, Revocation, State, WakeUps, unix_millis_after};
+
+use super::{from_hex, invalid_page_token, to_hex};
+#[cfg(test)]
+use crate::lease::Replica;
+use crate::{
+    error::Result,
+    lease::{
+        AcquireOutcome, ChangeCause, DescribedLease, Description, LeaseGone, LeaseId, LeaseName,
+        LeasePage, LeaseStore, ListPrefix, Occupancy, QueueStatus, RenewOutcome, Revoked,
+        StoreEvents, ValidatedAcquire, limits::parse_name,
+    },
+};
+
+/// How often expired leases (and the reasons of old revokes) are swept from the maps (reads
+/// also ignore them at once).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Names a page of `list` looks at, at most, held or not: the cost of a page stays bounded even
+/// when most names under the prefix are no longer held.
+const MAX_NAMES_PER_PAGE: usize = 10_000;
+
+/// The version of this store's page tokens: `m1.<hex of the prefix>.<hex of the last name>`.
+const PAGE_TOKEN_VERSION: &str = "m1.";
+
+/// An in-process lease store.
+#[derive(Debug)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+    /// Where wake-ups and changes go, called in process.
+    events: StoreEvents,
+    max_waiters_per_name: usize,
+}
+impl MemoryStore {
+    /// An empty store that reports into `events`, with a background sweep of expired leases
+    /// (which stops with the store).
+    pub fn new(max_waiters_per_name: usize, events: StoreEvents) -> Arc<Self> {
+        let store = Arc::new(MemoryStore {
+            state: Mutex::new(State::default()),
+            events,
+            max_waiters_per_name,
+        });
+        tokio::spawn(sweep_expired(Arc::downgrade(&store)));
+        store
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("memory store lock poisoned")
+    }
+
+    /// A caller that was not granted: with an `entry`, it joins the queue (or keeps its place).
+    fn queue_up(
+        &self,
+        state: &mut State,
+        name: &LeaseName,
+        entry: Option<&str>,
+        occupancy: Occupancy,
+    ) -> AcquireOutcome {
+        let Some(entry) = entry else {
+            return AcquireOutcome::Busy {
+                occupancy,
+                position: 0,
+            };
+        };
+        let queue = state.queues.entry(name.as_str().to_owned()).or_default();
+        let position = match queue.iter().position(|queued| queued == entry) {
+            Some(index) => index + 1,
+            None if queue.len() >= self.max_waiters_per_name => {
+                if queue.is_empty() {
+                    state.queues.remove(name.as_str());
+                }
+                return AcquireOutcome::QueueFull {
+                    limit: self.max_waiters_per_name,
+                };
+            }
+            None => {
+                queue.push_back(entry.to_owned());
+                queue.len()
+            }
+        };
+        AcquireOutcome::Busy {
+            occupancy,
+            position: position as u32,
+        }
+    }
+}
+async fn sweep_expired(store: Weak<MemoryStore>) {
+    let mut interval = tokio::time::interval(SWEEP_INTERVAL);
+    loop {
+        interval.tick().await;
+        let Some(store) = store.upgrade() else { return };
+        let now = Instant::now();
+        let mut state = store.state();
+        state.leases.retain(|_, permits| {
+            permits.taken.retain(|lease| lease.is_taken(now));
+            !permits.taken.is_empty()
+        });
+        state.revoked.retain(|_, revocations| {
+            revocations.retain(|revocation| revocation.until > now);
+            !revocations.is_empty()
+        });
+    }
+}
+
+/// A page token: where the next page of a listing of `prefix` starts (after `last_name`).
+fn next_page_token(prefix: &ListPrefix, last_name: &str) -> String {
+    format!(
+        "{PAGE_TOKEN_VERSION}{}.{}",
+        to_hex(prefix.as_str()),
+        to_hex(last_name)
+    )
+}
+
+/// The last name of the previous page, from a token this store made for this prefix.
+fn parse_page_token(token: &str, prefix: &ListPrefix) -> Result<String> {
+    let invalid = invalid_page_token;
+    let fields = token.strip_prefix(PAGE_TOKEN_VERSION).ok_or_else(invalid)?;
+    let (token_prefix, last_name) = fields.split_once('.').ok_or_else(invalid)?;
+    let token_prefix = from_hex(token_prefix).ok_or_else(invalid)?;
+    let last_name = from_hex(last_name).ok_or_else(invalid)?;
+    if token_prefix != prefix.as_str() || !last_name.starts_with(prefix.as_str()) {
+        return Err(invalid());
+    }
+    Ok(last_name)
+}
+
+impl LeaseStore for MemoryStore {
+    async fn try_acquire(
+        &self,
+        request: &ValidatedAcquire,
+        lease_id: &LeaseId,
+        entry: Option<&str>,
+    ) -> Result<AcquireOutcome> {
+        let name = &request.name;
+        let now = Instant::now();
+        let mut wake_ups = WakeUps::default();
+        let outcome = {
+            let mut state = self.state();
+            if let Some(current) = state.held_by(name, lease_id, now) {
+                // A retry of a grant that already happened: answer it again.
+                return Ok(AcquireOutcome::Granted(current.grant()));
+            }
+            let occupancy = state.occupancy(name, now);
+            if occupancy.held > 0 && occupancy.limit != request.limit {
+                return Ok(AcquireOutcome::LimitMismatch {
+                    limit: occupancy.limit,
+                });
+            }
+            let free = occupancy.free_permits(request.limit) as usize;
+            // The free permits go to the first `free` callers in line; a caller not in line
+            // comes after all of them.
+            let queue = state.queues.get(name.as_str());
+            let ahead = entry.and_then(|entry| {
+                queue.and_then(|queue| queue.iter().position(|queued| queued == entry))
+            });
+            let in_line = queue.map_or(0, VecDeque::len);
+            if ahead.unwrap_or(in_line) < free {
+                let (grant, change) = state.grant(request, lease_id, now);
+                // Under the state lock: watchers get the changes of a name in their order.
+                self.events.changed(name.as_str(), change);
+                if let Some(entry) = entry.filter(|_| ahead.is_some()) {
+                    state.remove_entries(name, &[entry.to_owned()]);
+                    wake_ups.moved = state.queues.contains_key(name.as_str());
+                }
+                AcquireOutcome::Granted(grant)
+            } else {
+                if free > 0 {
+                    // Free permits that callers ahead get: tell them again.
+                    wake_ups.wake = state.first_in_line(name, free as u32);
+                }
+                self.queue_up(&mut state, name, entry, occupancy)
+            }
+        };
+        wake_ups.send(&self.events, name);
+        Ok(outcome)
+    }
+
+    async fn renew(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+        ttl: Option<Duration>,
+    ) -> Result<RenewOutcome> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let held = state.leases.get_mut(name.as_str()).and_then(|permits| {
+            permits
+                .taken
+                .iter_mut()
+                .find(|lease| lease.lease_id == *lease_id && lease.is_held(now))
+        });
+        let Some(lease) = held else {
+            if let Some(reason) = state.revoked_reason(name.as_str(), lease_id, now) {
+                return Ok(RenewOutcome::Lost(LeaseGone::Revoked { reason }));
+            }
+            // Only an exclusive lease can be "held by another": a permit of a counting lease
+            // is never someone else's.
+            let another = state.leases.get(name.as_str()).is_some_and(|permits| {
+                permits.limit == 1 && permits.taken.iter().any(|lease| lease.is_held(now))
+            });
+            return Ok(RenewOutcome::Lost(match another {
+                true => LeaseGone::HeldByAnother,
+                false => LeaseGone::ExpiredOrReleased,
+            }));
+        };
+        if let Some(ttl) = ttl {
+            lease.ttl = ttl;
+        }
+        let ttl_ms = lease.ttl.as_millis() as i64;
+        lease.expires_at = now + lease.ttl;
+        lease.expires_at_unix_ms = unix_millis_after(ttl_ms);
+        Ok(RenewOutcome::Renewed {
+            fencing_token: lease.fencing_token,
+            ttl_ms,
+            expires_at_ms: lease.expires_at_unix_ms,
+        })
+    }
+
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
+        let now = Instant::now();
+        let wake_ups = {
+            let mut state = self.state();
+            let Some(permits) = state.leases.get_mut(name.as_str()) else {
+                return Ok(false);
+            };
+            let Some(index) = permits
+                .taken
+                .iter()
+                .position(|lease| lease.lease_id == *lease_id && lease.is_held(now))
+            else {
+                return Ok(false);
+            };
+            let released = permits.taken.swap_remove(index);
+            let change = released.change(ChangeCause::Released, permits.limit, "");
+            self.events.changed(name.as_str(), change);
+            let held = permits.taken(now).count() as u32;
+            // The permits free now go to the first `free` callers in line; the one freed here
+            // goes to the last of them, the others were woken when theirs freed.
+            let free = permits.limit.saturating_sub(held);
+            if held == 0 {
+                state.leases.remove(name.as_str());
+            }
+            WakeUps {
+                wake: state
+                    .first_in_line(name, free)
+                    .into_iter()
+                    .skip((free as usize).saturating_sub(1))
+                    .collect(),
+                moved: false,
+            }
+        };
+        wake_ups.send(&self.events, name);
+        Ok(true)
+    }
+
+    async fn describe(&self, name: &LeaseName) -> Result<Description> {
+        Ok(self.state().describe(name.as_str(), Instant::now()))
+    }
+
+    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
+        let now = Instant::now();
+        let wake_ups = {
+            let mut state = self.state();
+            if !state.remove_entries(name, entries) {
+                return Ok(());
+            }
+            let free = state.occupancy(name, now).free_for_queue();
+            let wake = state.first_in_line(name, free);
+            WakeUps {
+                moved: state.queues.contains_key(name.as_str()),
+                wake,
+            }
+        };
+        wake_ups.send(&self.events, name);
+        Ok(())
+    }
+
+    /// One process, one replica: every entry of the queue is this replica's.
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+        let state = self.state();
+        let queue = state.queues.get(name.as_str());
+        Ok(queue.map_or_else(Vec::new, |queue| queue.iter().cloned().collect()))
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
+        let now = Instant::now();
+        let state = self.state();
+        let queue = state.queues.get(name.as_str());
+        let positions = entries
+            .iter()
+            .map(|entry| {
+                queue
+                    .and_then(|queue| queue.iter().position(|queued| queued == entry))
+                    .map_or(0, |index| index as u32 + 1)
+            })
+            .collect();
+        Ok(QueueStatus {
+            occupancy: state.occupancy(name, now),
+            positions,
+        })
+    }
+
+    async fn revoke(
+        &self,
+        name: &LeaseName,
+        fencing_token: Option<u64>,
+        reason: &str,
+    ) -> Result<Vec<Revoked>> {
+        let now = Instant::now();
+        let (revoked, wake_ups) = {
+            let mut state = self.state();
+            let Some(permits) = state.leases.get_mut(name.as_str()) else {
+                return Ok(Vec::new());
+            };
+            // Only grants that still hold: one in its lock-delay has expired already.
+            let (mut ended, kept): (Vec<HeldLease>, Vec<HeldLease>) =
+                std::mem::take(&mut permits.taken)
+                    .into_iter()
+                    .partition(|lease| {
+                        lease.is_held(now)
+                            && fencing_token.is_none_or(|token| token == lease.fencing_token)
+                    });
+            permits.taken = kept;
+            if ended.is_empty() {
+                return Ok(Vec::new());
+            }
+            ended.sort_by_key(|lease| lease.fencing_token);
+            let limit = permits.limit;
+            for lease in &ended {
+                self.events.changed(
+                    name.as_str(),
+                    lease.change(ChangeCause::Revoked, limit, reason),
+                );
+            }
+            let held = permits.taken(now).count() as u32;
+            if held == 0 {
+                state.leases.remove(name.as_str());
+            }
+            let revoked = ended
+                .iter()
+                .map(|lease| Revoked {
+                    fencing_token: lease.fencing_token,
+                    holder: lease.holder.clone(),
+                })
+                .collect();
+            let revocations = state.revoked.entry(name.as_str().to_owned()).or_default();
+            let count = ended.len();
+            revocations.extend(ended.into_iter().map(|lease| Revocation {
+                until: now + lease.ttl,
+                lease_id: lease.lease_id,
+                reason: reason.to_owned(),
+            }));
+            // As a release: the permits free now go to the first `free` callers in line; those
+            // freed here go to the last of them, the others were woken when theirs freed.
+            let free = limit.saturating_sub(held);
+            let wake = state
+                .first_in_line(name, free)
+                .into_iter()
+                .skip((free as usize).saturating_sub(count))
+                .collect();
+            (revoked, WakeUps { wake, moved: false })
+        };
+        wake_ups.send(&self.events, name);
+        Ok(revoked)
+    }
+
+    async fn list(
+        &self,
+        prefix: &ListPrefix,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<LeasePage> {
+        let after = page_token
+            .map(|token| parse_page_token(token, prefix))
+            .transpose()?;
+        let start = match &after {
+            Some(last_name) => Bound::Excluded(last_name.as_str()),
+            None => Bound::Included(prefix.as_str()),
+        };
+        let now = Instant::now();
+        let state = self.state();
+        // The names under a prefix are one range of the ordered map.
+        let mut names = state
+            .leases
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(name, _)| name)
+            .take_while(|name| name.starts_with(prefix.as_str()));
+        let mut leases = Vec::new();
+        let mut last_name = None;
+        for (looked_at, name) in names.by_ref().enumerate() {
+            last_name = Some(name);
+            let description = state.describe(name, now);
+            // Names come from validated requests; one that does not parse cannot be listed.
+            if let (false, Ok(name)) = (description.holders.is_empty(), parse_name(name)) {
+                leases.push(DescribedLease { name, description });
+            }
+            if leases.len() >= page_size || looked_at + 1 >= MAX_NAMES_PER_PAGE {
+                break;
+            }
+        }
+        let more = names.next().is_some();
+        Ok(LeasePage {
+            leases,
+            next_page_token: last_name
+                .filter(|_| more)
+                .map(|last_name| next_page_token(prefix, last_name)),
+        })
+    }
+
+    /// Every change is reported to [`StoreEvents`] in process, with nothing to register or lose.
+    async fn keep_watching(&self, _name: &LeaseName, _watching: bool) -> Result<bool> {
+        Ok(true)
+    }
+
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A [`Replica`] on a new embedded store, for the core's unit tests.
+#[cfg(test)]
+pub(crate) fn test_replica(max_waiters_per_name: usize) -> Arc<Replica<MemoryStore>> {
+    let events = StoreEvents::new();
+    Replica::new(
+        MemoryStore::new(max_waiters_per_name, events.clone()),
+        events,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+//! The keys of one lease ([`LeaseKeys`]) and the KEYS each script takes, in the order of its
+//! header.
+
+use crate::lease::LeaseName;
+
+/// The keys of one lease, all under the hash tag `{name}` so that every script touches one slot.
+/// Built for every request (public for the micro-benchmarks in `benches/hot_paths.rs`).
+pub struct LeaseKeys {
+    pub(super) lease: String,
+    /// The name's fencing counter and its exclusive grant (prelude.lua).
+    pub(super) owner: String,
+    pub(super) queue: String,
+    pub(super) replicas: String,
+    /// The shard channel of the name's wake-ups: in the same slot, declared as a key.
+    pub(super) wake: String,
+    /// A counting lease's permits, by the moment each frees.
+    pub(super) permits: String,
+    /// A counting lease's permit records and limit.
+    pub(super) holders: String,
+    /// The replicas watching the name: its changes are published only while it exists.
+    pub(super) watchers: String,
+    /// Why recently revoked grants were revoked, for their holders' renewals.
+    pub(super) revoked: String,
+}
+
+impl LeaseKeys {
+    /// The keys of `name` under `key_prefix`.
+    pub fn new(key_prefix: &str, name: &LeaseName) -> Self {
+        let mut lease = String::with_capacity(key_prefix.len() + name.as_str().len() + 2);
+        lease.push_str(key_prefix);
+        lease.push('{');
+        lease.push_str(name.as_str());
+        lease.push('}');
+        // Concatenated rather than format!ed: this runs for every request.
+        let key = |suffix: &str| [lease.as_str(), suffix].concat();
+        LeaseKeys {
+            owner: key(":owner"),
+            queue: key(":queue"),
+            replicas: key(":replicas"),
+            wake: key(":wake"),
+            permits: key(":permits"),
+            holders: key(":holders"),
+            watchers: key(":watchers"),
+            revoked: key(":revoked"),
+            lease,
+        }
+    }
+
+    /// The KEYS of leave.lua and status.lua, and the first ones of release.lua and revoke.lua, in
+    /// the order their headers list.
+    pub(super) fn for_queue_scripts(self) -> Vec<String> {
+        vec![
+            self.lease,
+            self.owner,
+            self.queue,
+            self.replicas,
+            self.wake,
+            self.permits,
+            self.holders,
+        ]
+    }
+
+    /// The KEYS of release.lua.
+    pub(super) fn for_release(mut self) -> Vec<String> {
+        let watchers = std::mem::take(&mut self.watchers);
+        let mut keys = self.for_queue_scripts();
+        keys.push(watchers);
+        keys
+    }
+
+    /// The KEYS of revoke.lua.
+    pub(super) fn for_revoke(mut self) -> Vec<String> {
+        let (watchers, revoked) = (
+            std::mem::take(&mut self.watchers),
+            std::mem::take(&mut self.revoked),
+        );
+        let mut keys = self.for_queue_scripts();
+        keys.extend([watchers, revoked]);
+        keys
+    }
+}

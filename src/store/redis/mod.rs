@@ -1,0 +1,318 @@
+//! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
+//! keys of a lease share one hash tag, and time comes from Redis `TIME`. Waiters queue in Redis;
+//! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
+//! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it.
+//!
+//! Watching: while some replica watches a name (`<prefix>{name}:watchers`, kept by
+//! `watching.lua`), the scripts that change its holders also publish each change on the same
+//! channel (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)), which
+//! this replica hands to its [`Watchers`]; with nobody watching they publish nothing. Whenever
+//! messages may have been missed (a new subscription, a reconnect, a lagging subscriber), the
+//! watchers re-read.
+//!
+//! Listing ([`LeaseStore::list`](crate::lease::LeaseStore::list)) `SCAN`s every master (the one
+//! server, the Sentinel master, or each Cluster primary) a bounded number of times per page, and
+//! describes the lease names it finds. The keys and what they hold: ARCHITECTURE.md, "Redis key
+//! layout", "Fair waiting" and "Watching".
+
+mod keys;
+mod list;
+mod messages;
+mod operations;
+mod replies;
+mod subscriptions;
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use fred::{
+    clients::SubscriberClient,
+    prelude::{Builder, ClientLike, Config, Error as RedisError, Pool, ReconnectPolicy},
+    types::{InfoKind, scripts::Script},
+};
+use tokio::{sync::mpsc, task::JoinHandle};
+
+pub use keys::LeaseKeys;
+pub use replies::parse_acquire_reply;
+use replies::{Reply, store_error};
+use subscriptions::{Subscriptions, keep_subscriptions, report_messages, resubscribe_on_connect};
+
+use crate::{
+    error::{Result, StartupError},
+    lease::{LeaseName, StoreEvents},
+    metrics::metrics,
+};
+
+/// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) came with Redis 7.0.
+const MIN_REDIS_MAJOR: u32 = 7;
+/// How to reach Redis and how long to wait for it.
+#[derive(Clone, Debug)]
+pub struct RedisOptions {
+    /// `redis://`, `rediss://`, `redis-sentinel://` or `redis-cluster://` URL.
+    pub url: String,
+    /// Every command fails with `UNAVAILABLE` after this long (default 2 s).
+    pub command_timeout: Duration,
+    /// Connections used for commands; each one pipelines many concurrent requests.
+    pub pool_size: usize,
+    /// Prepended to every key, e.g. `leased:`.
+    pub key_prefix: String,
+    /// Refuse more waiters than this in one name's queue (all replicas together).
+    pub max_waiters_per_name: usize,
+}
+
+/// The Lua scripts, one per atomic operation. Each but `queued.lua` starts with `prelude.lua`,
+/// which holds their shared functions (the queue, the holders, tokens).
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    describe: Script,
+    leave: Script,
+    queued: Script,
+    status: Script,
+    revoke: Script,
+    watching: Script,
+}
+
+macro_rules! with_prelude {
+    ($file:literal) => {
+        Script::from_lua(concat!(
+            include_str!("../scripts/prelude.lua"),
+            include_str!($file)
+        ))
+    };
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Scripts {
+            acquire: with_prelude!("../scripts/acquire.lua"),
+            renew: with_prelude!("../scripts/renew.lua"),
+            release: with_prelude!("../scripts/release.lua"),
+            describe: with_prelude!("../scripts/describe.lua"),
+            leave: with_prelude!("../scripts/leave.lua"),
+            queued: Script::from_lua(include_str!("../scripts/queued.lua")),
+            status: with_prelude!("../scripts/status.lua"),
+            revoke: with_prelude!("../scripts/revoke.lua"),
+            watching: with_prelude!("../scripts/watching.lua"),
+        }
+    }
+}
+
+/// A [`LeaseStore`](crate::lease::LeaseStore) on Redis, shared by any number of `leased` replicas.
+pub struct RedisStore {
+    pool: Pool,
+    subscriber: SubscriberClient,
+    scripts: Scripts,
+    key_prefix: String,
+    max_waiters_per_name: usize,
+    /// Where wake-ups, positions moved and changes of holder are reported, and which names are
+    /// listened to (each name's channel is subscribed while it is).
+    events: StoreEvents,
+    subscriptions: Arc<Subscriptions>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl RedisStore {
+    /// Starts connecting to Redis and returns at once: until Redis answers, requests fail with
+    /// `UNAVAILABLE` after the command timeout and
+    /// [`LeaseStore::ping`](crate::lease::LeaseStore::ping) fails. Reconnects forever.
+    pub fn connect(options: &RedisOptions, events: StoreEvents) -> Result<Self, StartupError> {
+        check_url_scheme(&options.url)?;
+        let url_error = |e: RedisError| StartupError::RedisUrl(e.details().to_string());
+        let config = Config::from_url(&options.url).map_err(url_error)?;
+        let mut builder = Builder::from_config(config);
+        builder
+            .with_performance_config(|performance| {
+                // fred ignores per-call timeouts on EVALSHA; this default applies to every command.
+                performance.default_command_timeout = options.command_timeout;
+                performance.broadcast_channel_capacity = 4096;
+            })
+            .with_connection_config(|connection| {
+                connection.connection_timeout = options.command_timeout;
+                connection.internal_command_timeout = options.command_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_constant(0, 250));
+        let pool = builder
+            .build_pool(options.pool_size.max(1))
+            .map_err(url_error)?;
+        let subscriber = builder.build_subscriber_client().map_err(url_error)?;
+
+        let (changes, pending) = mpsc::unbounded_channel();
+        let subscriptions = Arc::new(Subscriptions {
+            key_prefix: options.key_prefix.clone(),
+            failing: Mutex::new(HashSet::new()),
+            changes,
+        });
+        // A name's first listener subscribes to its channel, its last one unsubscribes.
+        events.follow_listening({
+            let subscriptions = Arc::downgrade(&subscriptions);
+            move |name| {
+                if let Some(subscriptions) = subscriptions.upgrade() {
+                    subscriptions.reconcile(name.clone());
+                }
+            }
+        });
+        let background = vec![
+            tokio::spawn(keep_subscriptions(
+                subscriber.clone(),
+                subscriptions.clone(),
+                events.clone(),
+                pending,
+            )),
+            tokio::spawn(resubscribe_on_connect(
+                subscriber.clone(),
+                subscriptions.clone(),
+                events.clone(),
+            )),
+            tokio::spawn(report_messages(
+                subscriber.clone(),
+                subscriptions.clone(),
+                events.clone(),
+            )),
+        ];
+        // The tasks above exist before the first connection, so none of its events is missed.
+        drop(pool.connect_pool());
+        drop(subscriber.connect());
+
+        Ok(RedisStore {
+            pool,
+            subscriber,
+            scripts: Scripts::new(),
+            key_prefix: options.key_prefix.clone(),
+            max_waiters_per_name: options.max_waiters_per_name,
+            events,
+            subscriptions,
+            background,
+        })
+    }
+
+    /// Refuses a Redis older than 7.0 (no sharded pub/sub), if Redis answers within `timeout`.
+    /// A Redis that does not answer yet is not an error here: the server starts unhealthy.
+    pub async fn check_version(&self, timeout: Duration) -> Result<(), StartupError> {
+        let client = self.pool.next();
+        let info = tokio::time::timeout(timeout, async {
+            client.wait_for_connect().await?;
+            client.info::<String>(Some(InfoKind::Server)).await
+        })
+        .await;
+        let info = match info {
+            Ok(Ok(info)) => info,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "cannot read the Redis version yet");
+                return Ok(());
+            }
+            Err(_) => {
+                tracing::warn!("Redis did not answer at startup; it must be 7.0 or newer");
+                return Ok(());
+            }
+        };
+        check_redis_version(&info)
+    }
+
+    fn keys(&self, name: &LeaseName) -> LeaseKeys {
+        LeaseKeys::new(&self.key_prefix, name)
+    }
+
+    /// Runs one script on `name`'s keys; `operation` names it in metrics and errors.
+    async fn run<'a>(
+        &self,
+        operation: &'static str,
+        name: &'a LeaseName,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Reply<'a>> {
+        let started = std::time::Instant::now();
+        // Boxed: fred's future is several KiB, and every async fn above this one would otherwise
+        // hold and move a copy of it (memcpy was 5% of the server's CPU per grant).
+        let reply = Box::pin(script.evalsha_with_reload(self.pool.next(), keys, args)).await;
+        metrics().record_store(operation, started.elapsed(), reply.is_err());
+        match reply {
+            Ok(value) => Ok(Reply {
+                operation,
+                name,
+                value,
+            }),
+            Err(error) => Err(store_error(operation, name, error)),
+        }
+    }
+}
+
+/// Refuses a Redis older than 7.0, from its `INFO server` reply.
+fn check_redis_version(info: &str) -> Result<(), StartupError> {
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .map(str::trim)
+        .unwrap_or("of unknown version");
+    let major: Option<u32> = version.split('.').next().and_then(|m| m.parse().ok());
+    match major {
+        Some(major) if major >= MIN_REDIS_MAJOR => Ok(()),
+        _ => Err(StartupError::RedisVersion(version.to_owned())),
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        for task in &self.background {
+            task.abort();
+        }
+    }
+}
+
+/// fred reads any other scheme as a plain `redis://` URL, so a typo (`redis-clustr://`, `http://`)
+/// would connect in the wrong mode: refuse it. Only the scheme is echoed; the URL may hold a password.
+fn check_url_scheme(url: &str) -> Result<(), StartupError> {
+    const SCHEMES: [&str; 6] = [
+        "redis",
+        "rediss",
+        "redis-cluster",
+        "rediss-cluster",
+        "redis-sentinel",
+        "rediss-sentinel",
+    ];
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    if SCHEMES.contains(&scheme) {
+        return Ok(());
+    }
+    Err(StartupError::RedisUrl(format!(
+        "the scheme must be one of {}, not {scheme:?}",
+        SCHEMES.map(|scheme| format!("{scheme}://")).join(", ")
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis 7 and newer (Valkey reports a 7.x `redis_version` too) are accepted; 6.x and an
+    /// unreadable reply are refused with a message that names the version and the fix.
+    #[test]
+    fn redis_older_than_7_is_refused_at_startup() {
+        let info = |version: &str| {
+            format!("# Server\r\nredis_version:{version}\r\nredis_mode:standalone\r\n")
+        };
+        assert!(check_redis_version(&info("7.0.15")).is_ok());
+        assert!(check_redis_version(&info("8.2.1")).is_ok());
+        let refused = check_redis_version(&info("6.2.14"))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("Redis 6.2.14 is too old"), "{refused}");
+        assert!(refused.contains("7.0 or newer"), "{refused}");
+        assert!(check_redis_version("# Server\r\n").is_err());
+    }
+
+    /// Only the six Redis schemes are accepted.
+    #[test]
+    fn unknown_url_schemes_are_refused() {
+        assert!(check_url_scheme("redis-cluster://127.0.0.1:7000").is_ok());
+        let refused = check_url_scheme("redis-clustr://127.0.0.1:7000")
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("\"redis-clustr\""), "{refused}");
+    }
+}

@@ -1,0 +1,311 @@
+//! The [`LeaseStore`] operations of the Redis store: each runs one script on the lease's keys and
+//! reads its reply.
+
+use std::time::Duration;
+
+use fred::prelude::ClientLike;
+
+use super::{
+    RedisStore,
+    list::PageToken,
+    replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
+};
+use crate::{
+    error::{Error, Result},
+    lease::{
+        AcquireOutcome, Description, LeaseGone, LeaseId, LeaseName, LeasePage, LeaseStore,
+        ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire, waiting::TEND_INTERVAL,
+        watch::WATCH_KEEPALIVE,
+    },
+};
+
+/// The owner hash, which holds a name's fencing counter, outlives its leases by at least this long
+/// (twice the TTL for longer ones); if it expires anyway, the clock floor in `prelude.lua` keeps
+/// tokens increasing.
+const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A replica whose waiters' entries were not renewed for this long is taken for dead, and its
+/// entries leave the queue. Four tending intervals: a live replica misses it only if Redis is
+/// out of its reach for seconds.
+const REPLICA_TTL: Duration = Duration::from_millis(4 * TEND_INTERVAL.as_millis() as u64);
+
+/// A replica's registration as a watcher of a name lapses unless renewed within this long: four
+/// keepalives, so a live replica loses it only if Redis is out of its reach for seconds.
+const WATCH_REGISTRATION_TTL: Duration =
+    Duration::from_millis(4 * WATCH_KEEPALIVE.as_millis() as u64);
+impl LeaseStore for RedisStore {
+    async fn try_acquire(
+        &self,
+        request: &ValidatedAcquire,
+        lease_id: &LeaseId,
+        entry: Option<&str>,
+    ) -> Result<AcquireOutcome> {
+        let name = &request.name;
+        let keys = self.keys(name);
+        let ttl_ms = request.ttl.as_millis() as u64;
+        let fence_ttl_ms = MIN_FENCE_TTL
+            .max(request.ttl * 2)
+            .max(request.ttl + request.lock_delay)
+            .as_millis() as u64;
+        let reply = self
+            .run(
+                "acquire",
+                name,
+                &self.scripts.acquire,
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.queue,
+                    keys.replicas,
+                    keys.wake,
+                    keys.permits,
+                    keys.holders,
+                    keys.watchers,
+                ],
+                vec![
+                    lease_id.expose().to_owned(),
+                    request.holder.clone(),
+                    ttl_ms.to_string(),
+                    fence_ttl_ms.to_string(),
+                    entry.unwrap_or_default().to_owned(),
+                    self.events.replica().to_owned(),
+                    REPLICA_TTL.as_millis().to_string(),
+                    self.max_waiters_per_name.to_string(),
+                    request.limit.to_string(),
+                    request.lock_delay.as_millis().to_string(),
+                ],
+            )
+            .await?;
+        reply.acquire_outcome(lease_id, self.max_waiters_per_name)
+    }
+
+    async fn renew(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+        ttl: Option<Duration>,
+    ) -> Result<RenewOutcome> {
+        let keys = self.keys(name);
+        let ttl_ms = ttl.map_or(0, |ttl| ttl.as_millis() as u64);
+        let reply = self
+            .run(
+                "renew",
+                name,
+                &self.scripts.renew,
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.permits,
+                    keys.holders,
+                    keys.revoked,
+                ],
+                vec![
+                    lease_id.expose().to_owned(),
+                    ttl_ms.to_string(),
+                    MIN_FENCE_TTL.as_millis().to_string(),
+                ],
+            )
+            .await?;
+        if reply.int(0)? == 1 {
+            return Ok(RenewOutcome::Renewed {
+                fencing_token: reply.token(1)?,
+                ttl_ms: reply.int(2)?,
+                expires_at_ms: reply.int(3)?,
+            });
+        }
+        Ok(RenewOutcome::Lost(match reply.string(1)?.as_str() {
+            "taken" => LeaseGone::HeldByAnother,
+            "revoked" => LeaseGone::Revoked {
+                reason: reply.string(2)?,
+            },
+            _ => LeaseGone::ExpiredOrReleased,
+        }))
+    }
+
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "release",
+                name,
+                &self.scripts.release,
+                keys.for_release(),
+                vec![lease_id.expose().to_owned()],
+            )
+            .await?;
+        if reply.int(0)? == 0 {
+            return Ok(false);
+        }
+        // The wake-up is on its way through pub/sub too; if the caller it goes to waits on this
+        // replica, the reply reaches it sooner.
+        let first = reply.string(1)?;
+        if !first.is_empty() {
+            self.events.wake(name.as_str(), &first);
+        }
+        Ok(true)
+    }
+
+    async fn describe(&self, name: &LeaseName) -> Result<Description> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "describe",
+                name,
+                &self.scripts.describe,
+                vec![
+                    keys.lease,
+                    keys.owner,
+                    keys.permits,
+                    keys.holders,
+                    keys.queue,
+                ],
+                vec![],
+            )
+            .await?;
+        let mut holders = (2..reply.len()?)
+            .step_by(HOLDER_FIELDS)
+            .map(|index| reply.holder(index))
+            .collect::<Result<Vec<_>>>()?;
+        holders.sort_by_key(|holder| holder.fencing_token);
+        Ok(Description {
+            limit: reply.count(0)?,
+            holders,
+            waiters: reply.count(1)?,
+        })
+    }
+
+    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let keys = self.keys(name);
+        self.run(
+            "leave",
+            name,
+            &self.scripts.leave,
+            keys.for_queue_scripts(),
+            entries.to_vec(),
+        )
+        .await?
+        .integer()?;
+        Ok(())
+    }
+
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "queued",
+                name,
+                &self.scripts.queued,
+                vec![keys.queue],
+                vec![self.events.replica().to_owned()],
+            )
+            .await?;
+        (0..reply.len()?).map(|index| reply.string(index)).collect()
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
+        let keys = self.keys(name);
+        let mut args = Vec::with_capacity(entries.len() + 2);
+        args.push(self.events.replica().to_owned());
+        args.push(REPLICA_TTL.as_millis().to_string());
+        args.extend_from_slice(entries);
+        let reply = self
+            .run(
+                "status",
+                name,
+                &self.scripts.status,
+                keys.for_queue_scripts(),
+                args,
+            )
+            .await?;
+        let positions = (0..entries.len())
+            .map(|index| reply.count(OCCUPANCY_FIELDS + index))
+            .collect::<Result<_>>()?;
+        Ok(QueueStatus {
+            occupancy: reply.occupancy(0)?,
+            positions,
+        })
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.pool
+            .next()
+            .ping::<()>(None)
+            .await
+            .map_err(|e| Error::Unavailable(e.to_string()))?;
+        // Waiters depend on wake-ups: not healthy while they cannot be delivered.
+        if !self.subscriber.is_connected() {
+            return Err(Error::Unavailable(
+                "wake-up subscriber not connected".into(),
+            ));
+        }
+        let failing = self.subscriptions.failing().len();
+        if failing > 0 {
+            return Err(Error::Unavailable(format!(
+                "cannot subscribe to the wake-ups of {failing} lease name(s)"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn revoke(
+        &self,
+        name: &LeaseName,
+        fencing_token: Option<u64>,
+        reason: &str,
+    ) -> Result<Vec<Revoked>> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "revoke",
+                name,
+                &self.scripts.revoke,
+                keys.for_revoke(),
+                vec![fencing_token.unwrap_or(0).to_string(), reason.to_owned()],
+            )
+            .await?;
+        let mut revoked = (0..reply.len()?)
+            .step_by(2)
+            .map(|index| {
+                Ok(Revoked {
+                    fencing_token: reply.token(index)?,
+                    holder: reply.string(index + 1)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        revoked.sort_by_key(|grant| grant.fencing_token);
+        Ok(revoked)
+    }
+
+    async fn list(
+        &self,
+        prefix: &ListPrefix,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<LeasePage> {
+        let resume = page_token
+            .map(|token| PageToken::parse(token, prefix))
+            .transpose()?;
+        self.list_page(prefix, page_size.max(1), resume).await
+    }
+
+    async fn keep_watching(&self, name: &LeaseName, watching: bool) -> Result<bool> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                "watching",
+                name,
+                &self.scripts.watching,
+                vec![keys.watchers],
+                vec![
+                    self.events.replica().to_owned(),
+                    if watching { "1" } else { "0" }.to_owned(),
+                    WATCH_REGISTRATION_TTL.as_millis().to_string(),
+                ],
+            )
+            .await?;
+        Ok(reply.integer()? == 1)
+    }
+}
