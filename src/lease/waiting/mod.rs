@@ -52,11 +52,6 @@ pub struct GrantDelivery {
 }
 
 impl GrantDelivery {
-    /// The grant, while it is still undelivered.
-    pub fn grant(&self) -> &Grant {
-        &self.grant
-    }
-
     /// Hands the grant over: from here on, the caller is responsible for the lease.
     pub fn deliver(mut self) -> Grant {
         self.release = None;

@@ -147,6 +147,7 @@ impl Watchers {
     }
 
     /// How many `Watch` streams are open here, on every name.
+    #[cfg(test)]
     pub fn count(&self) -> usize {
         self.by_name().values().map(|watch| watch.streams).sum()
     }

@@ -6,14 +6,15 @@
 //! Watching: while some replica watches a name (`<prefix>{name}:watchers`, kept by
 //! `watching.lua`), the scripts that change its holders also publish each change on the same
 //! channel (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)), which
-//! this replica hands to its [`Watchers`]; with nobody watching they publish nothing. Whenever
-//! messages may have been missed (a new subscription, a reconnect, a lagging subscriber), the
-//! watchers re-read.
+//! this replica reports ([`StoreEvents::changed`](crate::lease::StoreEvents::changed)); with
+//! nobody watching they publish nothing. Whenever messages may have been missed (a new
+//! subscription, a reconnect, a lagging subscriber), the store reports a resync and the watchers
+//! re-read.
 //!
 //! Listing ([`LeaseStore::list`](crate::lease::LeaseStore::list)) `SCAN`s every master (the one
 //! server, the Sentinel master, or each Cluster primary) a bounded number of times per page, and
-//! describes the lease names it finds. The keys and what they hold: ARCHITECTURE.md, "Redis key
-//! layout", "Fair waiting" and "Watching".
+//! describes the lease names it finds. The keys, messages and scripts:
+//! docs/src/internals/redis-layout.md (and fair-waiting.md, watching.md beside it).
 
 mod keys;
 mod list;
