@@ -101,11 +101,10 @@ impl StoreEvents {
         self.0.watchers.resync_everywhere();
     }
 
-    /// The store reconnected: reports of every name may have been missed, every delivery must
-    /// start again, and attempts in flight across the reconnect may have run late or not at all
-    /// (so each name's queue entries are reconciled with this replica's callers).
+    /// The store reconnected: reports of every name may have been missed, and attempts in
+    /// flight across the reconnect may have run late or not at all (so each name's queue entries
+    /// are reconciled with this replica's callers).
     pub fn reconnected(&self) {
-        self.0.delivering.send_modify(HashSet::clear);
         self.resync_all();
         self.0.waiters.reconcile_everywhere();
     }
@@ -144,9 +143,10 @@ impl StoreEvents {
         });
     }
 
-    /// Whether the deliveries of `name` are in place, as the store last said.
-    pub fn is_delivering(&self, name: &LeaseName) -> bool {
-        self.0.delivering.borrow().contains(name)
+    /// Every delivery stopped (the store's connection was lost); each starts again with
+    /// [`Self::delivering`]. Reported in order with those, by the one task that makes them.
+    pub fn no_deliveries(&self) {
+        self.0.delivering.send_modify(HashSet::clear);
     }
 
     // ---- The core's side.

@@ -87,6 +87,7 @@ pub(super) async fn keep_subscriptions(
             SubscriptionChange::Name(name) => name,
             SubscriptionChange::Reconnected => {
                 subscribed.clear();
+                events.no_deliveries();
                 continue;
             }
         };
