@@ -9,8 +9,9 @@ use tokio::{
 };
 
 use super::{
-    registry::Reread,
-    view::{Tender, View},
+    WatchUpdate,
+    registry::{Reread, Watchers},
+    view::{Publish, Tender, View},
 };
 use crate::lease::{LeaseName, LeaseStore, Replica};
 
@@ -77,8 +78,10 @@ async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName
     let mut keepalive = interval_at(Instant::now() + WATCH_KEEPALIVE, WATCH_KEEPALIVE);
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut tender = Tender {
-        watchers,
-        name: name.as_str(),
+        out: ToWatchers {
+            watchers,
+            name: name.as_str(),
+        },
         view: View::default(),
     };
     let mut reread = Reread::Always;
@@ -161,5 +164,18 @@ async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName
                 expiry_due = reread == Reread::No;
             }
         }
+    }
+}
+
+/// The tending task's [`Publish`]: the name's watchers get each event, and the view for those
+/// who join later.
+struct ToWatchers<'a> {
+    watchers: &'a Watchers,
+    name: &'a str,
+}
+
+impl Publish for ToWatchers<'_> {
+    fn publish(&mut self, event: Option<WatchUpdate>, view: &View) {
+        self.watchers.publish(self.name, event, view);
     }
 }

@@ -1,5 +1,6 @@
 //! The view of a watched name and the pure decisions on it: which events a reported change, a
-//! read or a passing deadline makes, with no store I/O.
+//! read or a passing deadline makes, with no store I/O. The decisions go to a [`Publish`], so
+//! that the unit tests below drive them synchronously.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -8,7 +9,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::{UpdateCause, WatchUpdate, registry::Watchers};
+use super::{UpdateCause, WatchUpdate};
 use crate::lease::{ChangeCause, Description, Expiry, Holder, LeaseChange};
 
 /// A holder that the store no longer shows before its TTL passed was released or revoked, and
@@ -158,17 +159,23 @@ impl View {
     }
 }
 
-/// The tending task's handle on one name's view, sending an event for each change it makes.
-pub(super) struct Tender<'a> {
-    pub(super) watchers: &'a Watchers,
-    pub(super) name: &'a str,
+/// Where a [`Tender`] sends what it decides: each event, if any, with the view after it (the
+/// tending task: to the name's watchers).
+pub(super) trait Publish {
+    fn publish(&mut self, event: Option<WatchUpdate>, view: &View);
+}
+
+/// One name's view and where its events go: applies what the tending task learns, sending an
+/// event for each change of holder it makes.
+pub(super) struct Tender<P> {
+    pub(super) out: P,
     pub(super) view: View,
 }
 
-impl Tender<'_> {
-    fn emit(&self, cause: UpdateCause, subject: Option<Holder>, reason: String, now: Instant) {
+impl<P: Publish> Tender<P> {
+    fn emit(&mut self, cause: UpdateCause, subject: Option<Holder>, reason: String, now: Instant) {
         let event = self.view.event(cause, subject, reason, now);
-        self.watchers.publish(self.name, Some(event), &self.view);
+        self.out.publish(Some(event), &self.view);
     }
 
     /// Applies one change reported by the store, in order; stale ones are ignored.
@@ -248,7 +255,7 @@ impl Tender<'_> {
     pub(super) fn replace(&mut self, description: &Description, now: Instant) {
         self.view = View::read(description, now, self.view.max_token);
         let snapshot = self.view.snapshot(now);
-        self.watchers.publish(self.name, Some(snapshot), &self.view);
+        self.out.publish(Some(snapshot), &self.view);
     }
 
     /// A read after changes may have been missed: a snapshot only if they were.
@@ -257,7 +264,7 @@ impl Tender<'_> {
         match read.same_holders(&self.view) {
             true => {
                 self.view = read; // fresher expiries
-                self.watchers.publish(self.name, None, &self.view);
+                self.out.publish(None, &self.view);
             }
             false => self.replace(description, now),
         }
@@ -313,6 +320,146 @@ impl Tender<'_> {
         }
         let read_max = read.keys().copied().max().unwrap_or(0);
         self.view.max_token = self.view.max_token.max(read_max);
-        self.watchers.publish(self.name, None, &self.view);
+        self.out.publish(None, &self.view);
+    }
+}
+
+/// The state machine alone, on a clock that the tests move by hand: no store, no task, no
+/// runtime.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what the tender publishes.
+    #[derive(Default)]
+    struct Recorded(Vec<WatchUpdate>);
+
+    impl Publish for Recorded {
+        fn publish(&mut self, event: Option<WatchUpdate>, _view: &View) {
+            self.0.extend(event);
+        }
+    }
+
+    fn tender() -> Tender<Recorded> {
+        Tender {
+            out: Recorded::default(),
+            view: View::default(),
+        }
+    }
+
+    fn change(cause: ChangeCause, holder: &str, token: u64, limit: u32) -> LeaseChange {
+        LeaseChange {
+            cause,
+            holder: holder.into(),
+            fencing_token: token,
+            limit,
+            ttl_ms: 10_000,
+            expires_at_ms: 1_000_000,
+            reason: String::new(),
+        }
+    }
+
+    fn held(holder: &str, token: u64, remaining_ms: i64) -> Holder {
+        Holder {
+            holder: holder.into(),
+            fencing_token: token,
+            expiry: Some(Expiry {
+                remaining_ms,
+                at_unix_ms: 1_000_000,
+                lock_delay_ms: 0,
+            }),
+        }
+    }
+
+    /// (cause, subject's token, tokens held after) of each event.
+    fn seen(tender: &Tender<Recorded>) -> Vec<(UpdateCause, u64, Vec<u64>)> {
+        let token = |holder: &Holder| holder.fencing_token;
+        tender
+            .out
+            .0
+            .iter()
+            .map(|event| {
+                let subject = event.subject.as_ref().map_or(0, token);
+                (
+                    event.cause,
+                    subject,
+                    event.holders.iter().map(token).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// A grant and its release are two events, in order; a grant reported again, or one with a
+    /// token not above those already seen, is old news.
+    #[test]
+    fn grants_and_releases_are_events_and_old_news_is_not() {
+        let now = Instant::now();
+        let mut tender = tender();
+        tender.apply(change(ChangeCause::Granted, "a", 5, 1), now);
+        tender.apply(change(ChangeCause::Granted, "a", 5, 1), now);
+        tender.apply(change(ChangeCause::Granted, "old", 4, 1), now);
+        tender.apply(change(ChangeCause::Released, "a", 5, 1), now);
+        assert_eq!(
+            seen(&tender),
+            [
+                (UpdateCause::Granted, 5, vec![5]),
+                (UpdateCause::Released, 5, vec![]),
+            ]
+        );
+    }
+
+    /// An exclusive grant while the view still shows a holder means that holder's TTL passed
+    /// unreported: it is expired first, then the new one granted.
+    #[test]
+    fn a_grant_over_a_holder_expires_it_first() {
+        let now = Instant::now();
+        let mut tender = tender();
+        tender.apply(change(ChangeCause::Granted, "a", 5, 1), now);
+        tender.apply(change(ChangeCause::Granted, "b", 6, 1), now);
+        assert_eq!(
+            seen(&tender),
+            [
+                (UpdateCause::Granted, 5, vec![5]),
+                (UpdateCause::Expired, 5, vec![]),
+                (UpdateCause::Granted, 6, vec![6]),
+            ]
+        );
+    }
+
+    /// A holder that a read no longer shows before its deadline was released, and the store's
+    /// message is on its way: it is reported expired only once the grace has passed without it.
+    #[test]
+    fn a_holder_gone_from_a_read_is_expired_after_the_grace() {
+        let start = Instant::now();
+        let mut tender = tender();
+        tender.apply(change(ChangeCause::Granted, "a", 5, 1), start);
+        let empty = Description::default();
+        tender.check_expiries(&empty, 5, start);
+        assert_eq!(seen(&tender).len(), 1, "within the grace: no event yet");
+        tender.check_expiries(&empty, 5, start + RELEASE_GRACE);
+        assert_eq!(seen(&tender)[1], (UpdateCause::Expired, 5, vec![]));
+    }
+
+    /// A read after changes may have been missed sends a snapshot only when the holders differ.
+    #[test]
+    fn a_resync_sends_a_snapshot_only_when_the_holders_differ() {
+        let now = Instant::now();
+        let mut tender = tender();
+        tender.apply(change(ChangeCause::Granted, "a", 5, 1), now);
+        let same = Description {
+            limit: 1,
+            holders: vec![held("a", 5, 9_000)],
+            waiters: 0,
+        };
+        tender.resync(&same, now);
+        assert_eq!(seen(&tender).len(), 1, "the same holders: no snapshot");
+        let other = Description {
+            limit: 1,
+            holders: vec![held("b", 7, 9_000)],
+            waiters: 0,
+        };
+        tender.resync(&other, now);
+        assert_eq!(seen(&tender)[1], (UpdateCause::Snapshot, 7, vec![7]));
+        assert_eq!(tender.view.max_token, 7);
     }
 }
