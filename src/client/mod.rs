@@ -484,7 +484,7 @@ async fn connect(endpoint: String, options: &ConnectOptions) -> Result<Connectio
         .http2_keep_alive_interval(Duration::from_secs(20))
         .keep_alive_while_idle(true);
     let builder = match endpoint.starts_with("https://") {
-        true => with_tls(builder, options)?,
+        true => with_tls(builder, options, &endpoint)?,
         false => builder,
     };
     let channel = builder.connect().await.map_err(connect_error)?;
@@ -499,22 +499,31 @@ async fn connect(endpoint: String, options: &ConnectOptions) -> Result<Connectio
     Ok(InterceptedService::new(channel, BearerToken(token)))
 }
 
-/// `builder` with the TLS settings of `options`.
+/// `builder` (for `endpoint`) with the TLS settings of `options`.
 #[cfg(feature = "client-tls")]
-fn with_tls(builder: Endpoint, options: &ConnectOptions) -> Result<Endpoint, ClientError> {
-    let endpoint = builder.uri().to_string();
+fn with_tls(
+    builder: Endpoint,
+    options: &ConnectOptions,
+    endpoint: &str,
+) -> Result<Endpoint, ClientError> {
     builder
         .tls_config(options.tls_config()?)
-        .map_err(|source| ClientError::Connect { endpoint, source })
+        .map_err(|source| ClientError::Connect {
+            endpoint: endpoint.to_owned(),
+            source,
+        })
 }
 
 /// Without the `client-tls` feature, an `https://` endpoint is a configuration error.
 #[cfg(not(feature = "client-tls"))]
-fn with_tls(builder: Endpoint, options: &ConnectOptions) -> Result<Endpoint, ClientError> {
-    let _ = options;
+fn with_tls(
+    builder: Endpoint,
+    options: &ConnectOptions,
+    endpoint: &str,
+) -> Result<Endpoint, ClientError> {
+    let _ = (builder, options);
     Err(ClientError::Config(format!(
-        "{} needs TLS: build leased with the client-tls feature",
-        builder.uri()
+        "{endpoint} needs TLS: build leased with the client-tls feature"
     )))
 }
 
