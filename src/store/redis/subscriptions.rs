@@ -27,6 +27,7 @@ static SUBSCRIBE_FAILED: Throttle = Throttle::new(LOG_INTERVAL);
 
 /// A Redis that flaps, or a Cluster whose slots move, reconnects the subscriber over and over.
 static RESUBSCRIBING: Throttle = Throttle::new(LOG_INTERVAL);
+
 /// The shard channels this replica subscribes to: one per name that the core listens to
 /// ([`StoreEvents::is_listened`]). One task ([`keep_subscriptions`]) makes Redis match, one
 /// channel at a time, in the order of the changes.
