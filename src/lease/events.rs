@@ -222,3 +222,65 @@ impl StoreEvents {
             .expect("listened names lock poisoned")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Mutex, time::Duration};
+
+    use super::*;
+    use crate::lease::limits::parse_name;
+
+    /// A name is listened to from its first `listen` to its last `unlisten`; the store's follower
+    /// hears of the name at those two moments only.
+    #[test]
+    fn listening_is_counted_and_the_follower_told_at_the_edges() {
+        let events = StoreEvents::new();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        events.follow_listening({
+            let told = told.clone();
+            move |name: &LeaseName| told.lock().unwrap().push(name.to_string())
+        });
+        let name = parse_name("jobs/nightly").unwrap();
+        events.listen(&name);
+        events.listen(&name);
+        assert!(events.is_listened(&name));
+        events.unlisten(&name);
+        assert!(events.is_listened(&name), "one listener is left");
+        events.unlisten(&name);
+        assert!(!events.is_listened(&name));
+        events.unlisten(&name); // unmatched: ignored
+        assert_eq!(*told.lock().unwrap(), ["jobs/nightly", "jobs/nightly"]);
+        assert!(events.listened_names().is_empty());
+    }
+
+    /// Without a follower (the embedded store delivers everything) `listening` resolves at once;
+    /// with one, once the store says the name's deliveries are in place, and not after a
+    /// reconnect stopped them.
+    #[tokio::test(start_paused = true)]
+    async fn listening_waits_for_the_store_when_it_delivers_per_name() {
+        let name = parse_name("jobs/nightly").unwrap();
+        let in_process = StoreEvents::new();
+        in_process.listening(&name).await;
+
+        let per_name = StoreEvents::new();
+        per_name.follow_listening(|_: &LeaseName| {});
+        let wait = Duration::from_secs(1);
+        assert!(
+            tokio::time::timeout(wait, per_name.listening(&name))
+                .await
+                .is_err()
+        );
+        per_name.delivering(&name);
+        assert!(
+            tokio::time::timeout(wait, per_name.listening(&name))
+                .await
+                .is_ok()
+        );
+        per_name.no_deliveries();
+        assert!(
+            tokio::time::timeout(wait, per_name.listening(&name))
+                .await
+                .is_err()
+        );
+    }
+}
