@@ -433,11 +433,6 @@ impl<S: LeaseStore> Replica<S> {
         Arc::new(Replica { store, events })
     }
 
-    /// The store, for its atomic operations.
-    pub fn store(&self) -> &Arc<S> {
-        &self.store
-    }
-
     /// This replica's waiting callers.
     pub(crate) fn waiters(&self) -> &Arc<Waiters> {
         self.events.waiters()
