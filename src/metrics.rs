@@ -55,6 +55,9 @@ pub struct Metrics {
     /// Queue entries of this replica found in Redis without a caller here (an attempt that ran
     /// after the server gave up on it), and removed.
     pub callerless_entries_removed: Counter,
+    /// Queue entries of other replicas that held up a free permit and were taken out: their
+    /// replica's heartbeat had lapsed, or they stalled far past any live replica's delay.
+    pub stalled_entries_removed: Counter,
     /// Open Acquire and Renew streams, by RPC.
     pub open_streams: Family<KindLabels, Gauge>,
     /// Redis script latency in seconds, by operation.
@@ -96,6 +99,7 @@ impl Metrics {
             expiries_seen: Counter::default(),
             waiters: Gauge::default(),
             callerless_entries_removed: Counter::default(),
+            stalled_entries_removed: Counter::default(),
             open_streams: Family::default(),
             store_duration: Family::new_with_constructor(latency_histogram),
             store_errors: Family::default(),
@@ -138,6 +142,11 @@ impl Metrics {
             "callerless_entries_removed",
             "Queue entries found without a caller here, removed",
             m.callerless_entries_removed.clone(),
+        );
+        registry.register(
+            "stalled_entries_removed",
+            "Queue entries of gone or stalled replicas that held up a free permit, removed",
+            m.stalled_entries_removed.clone(),
         );
         registry.register(
             "open_streams",

@@ -210,11 +210,13 @@ pub enum AcquireOutcome {
 }
 
 /// Where this replica's waiters of one name stand: who holds the lease and, for each entry asked
-/// about, its position (0 = not in the queue).
+/// about, its position (0 = not in the queue); and the entries first in line that the free
+/// permits go to (any replica's), so that a replica can tell when one of them stalls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueStatus {
     pub occupancy: Occupancy,
     pub positions: Vec<u32>,
+    pub due: Vec<String>,
 }
 
 /// The answer of one renewal.
@@ -334,7 +336,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// exclusive lease) and nobody is ahead in the queue to take it, or answers who holds it.
     /// With `entry`, a caller that is not granted joins the queue (or keeps its place).
     /// Idempotent for one `lease_id`: retrying after an unknown outcome returns the same grant.
-    /// Only `name`, `holder`, `ttl`, `limit` and `lock_delay` of the request are read.
+    /// Only `name`, `holder`, `ttl`, `limit`, `lock_delay` and `wait` (how long a queue entry may
+    /// be needed) of the request are read.
     fn try_acquire(
         &self,
         request: &ValidatedAcquire,
@@ -371,13 +374,27 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// This replica's entries in the queue of `name`, whether or not a caller here owns them.
     fn queued_here(&self, name: &LeaseName) -> impl Future<Output = Result<Vec<String>>> + Send;
 
-    /// Keeps this replica's `entries` of `name` alive in the queue (a replica that stops doing so
-    /// is taken for dead and its entries are dropped) and reads where they stand.
+    /// Reads where this replica's `entries` of `name` stand, and which entries the free permits
+    /// go to. Read-only: nothing in the store needs renewing while a caller waits.
     fn queue_status(
         &self,
         name: &LeaseName,
         entries: &[String],
     ) -> impl Future<Output = Result<QueueStatus>> + Send;
+
+    /// `stalled` are other replicas' entries that a free permit of `name` went to and that did
+    /// not take it within a grace (their wake-up lost, or their replica gone). Takes out of the
+    /// queue every entry of those replicas that are gone (their liveness lapsed), and with
+    /// `overdue` (stalled far longer than any live replica takes) the `stalled` entries
+    /// themselves; otherwise repeats the free permits' wake-ups. With `stalled` empty, checks
+    /// every replica with entries in the queue (a caller found it full). Answers how many entries
+    /// were taken out.
+    fn unstall(
+        &self,
+        name: &LeaseName,
+        stalled: &[String],
+        overdue: bool,
+    ) -> impl Future<Output = Result<usize>> + Send;
 
     /// Ends the grants of `name` (the one with `fencing_token` only, if given: `None` ends every
     /// permit) at once, without lock-delay, like a release by their holders; wakes the callers in
@@ -402,17 +419,6 @@ pub trait LeaseStore: Send + Sync + 'static {
         page_size: usize,
         page_token: Option<&str>,
     ) -> impl Future<Output = Result<LeasePage>> + Send;
-
-    /// Keeps this replica registered as watching `name` (`watching`), so that the store reports
-    /// its changes ([`StoreEvents::changed`]), or unregisters it (`false`). Called about every second while
-    /// anyone watches here; a registration not kept alive lapses after a few seconds. Answers
-    /// whether the registration was already in place: `false` when the store lost it (data
-    /// loss), so changes may have gone unreported.
-    fn keep_watching(
-        &self,
-        name: &LeaseName,
-        watching: bool,
-    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Succeeds when the store can answer requests and deliver wake-ups; drives the health status.
     fn ping(&self) -> impl Future<Output = Result<()>> + Send;

@@ -5,8 +5,9 @@
 //! Each waiting caller holds a [`Ticket`]: its entry's id in the store's queue (`<replica>:<n>`),
 //! a wake-up ("you are first in line and the lease is free: try now") and its latest
 //! [`Placement`]. Each name with waiters here has one tending task (in
-//! [`waiting`](super::waiting)) that keeps the entries alive, reads the placements after every
-//! change, and removes the entries of callers that left.
+//! [`waiting`](super::waiting)) that reads the placements after every change, removes the
+//! entries of callers that left, and watches for other replicas' entries that hold up a free
+//! permit (a wake-up they did not take).
 //!
 //! No entry of this replica stays in a queue without a caller here: an attempt whose outcome is
 //! unknown (Redis did not answer in time, yet may still run it and queue the entry) and a
@@ -38,7 +39,7 @@ pub struct Placement {
 }
 
 /// How many times a name's entries are reconciled with its callers after an attempt without an
-/// answer, a tending interval apart. The first read that succeeds shows that Redis answers again;
+/// answer, half a second apart. The first read that succeeds shows that Redis answers again;
 /// the second comes after whatever Redis still had to run from before (the late attempt may sit
 /// behind other commands on another connection).
 const RECONCILE_ROUNDS: u8 = 2;
@@ -63,6 +64,12 @@ struct NameWaiters {
     /// The store may hold entries of this replica that no caller here owns: the tending task
     /// reads this replica's entries in the queue and removes those, this many times more.
     reconcile_rounds: u8,
+    /// Other replicas' entries that were woken: if they do not take their permit within a
+    /// grace, they are stalled (their replica gone, or their wake-up lost).
+    suspects: Vec<String>,
+    /// A caller here found a free permit that goes to someone ahead of it: the tending task
+    /// looks again after the grace.
+    free_ahead: bool,
     tend: Arc<Notify>,
 }
 
@@ -78,7 +85,13 @@ pub(super) struct Chores {
     pub leaving: Vec<String>,
     pub moved: bool,
     pub reconcile: bool,
+    pub suspects: Vec<String>,
+    pub free_ahead: bool,
 }
+
+/// Woken entries of other replicas remembered per name until the tending task looks: a few are
+/// enough (the store wakes at most a few at once), and a flood cannot grow the list.
+const MAX_SUSPECTS: usize = 16;
 
 impl Waiters {
     pub fn new() -> Self {
@@ -138,7 +151,8 @@ impl Waiters {
 
     /// Wakes the caller holding `entry`, if it waits here: it is first in line and the lease is
     /// free. An entry of this replica that no caller here holds (its attempt ran in the store
-    /// after the caller had gone) would hold up the queue: it is taken out.
+    /// after the caller had gone) would hold up the queue: it is taken out. Another replica's
+    /// entry is remembered: the tending task checks that it took its permit.
     pub fn wake(&self, name: &str, entry: &str) {
         let mut by_name = self.by_name();
         let Some(waiters) = by_name.get_mut(name) else {
@@ -153,12 +167,27 @@ impl Waiters {
                 }
                 waiters.tend.notify_one();
             }
-            None => {}
+            None => {
+                if waiters.suspects.len() < MAX_SUSPECTS
+                    && !waiters.suspects.iter().any(|suspect| suspect == entry)
+                {
+                    waiters.suspects.push(entry.to_owned());
+                }
+                waiters.tend.notify_one();
+            }
+        }
+    }
+
+    /// A caller here found a free permit of `name` that goes to someone ahead of it.
+    fn free_ahead(&self, name: &str) {
+        if let Some(waiters) = self.by_name().get_mut(name) {
+            waiters.free_ahead = true;
+            waiters.tend.notify_one();
         }
     }
 
     /// Whether `entry` is one of this replica's queue entries.
-    fn is_mine(&self, entry: &str) -> bool {
+    pub(super) fn is_mine(&self, entry: &str) -> bool {
         entry
             .strip_prefix(self.replica.as_str())
             .is_some_and(|rest| rest.starts_with(':'))
@@ -170,6 +199,7 @@ impl Waiters {
     pub fn reconcile(&self, name: &str) {
         if let Some(waiters) = self.by_name().get_mut(name) {
             waiters.reconcile_rounds = RECONCILE_ROUNDS;
+            waiters.tend.notify_one();
         }
     }
 
@@ -178,6 +208,7 @@ impl Waiters {
     pub fn reconcile_everywhere(&self) {
         for waiters in self.by_name().values_mut() {
             waiters.reconcile_rounds = RECONCILE_ROUNDS;
+            waiters.tend.notify_one();
         }
     }
 
@@ -193,10 +224,14 @@ impl Waiters {
             .collect()
     }
 
-    /// One round of reconciling `name` succeeded.
-    pub(super) fn reconciled(&self, name: &str) {
-        if let Some(waiters) = self.by_name().get_mut(name) {
-            waiters.reconcile_rounds = waiters.reconcile_rounds.saturating_sub(1);
+    /// One round of reconciling `name` succeeded; whether another one is due.
+    pub(super) fn reconciled(&self, name: &str) -> bool {
+        match self.by_name().get_mut(name) {
+            Some(waiters) => {
+                waiters.reconcile_rounds = waiters.reconcile_rounds.saturating_sub(1);
+                waiters.reconcile_rounds > 0
+            }
+            None => false,
         }
     }
 
@@ -240,6 +275,8 @@ impl Waiters {
             leaving: std::mem::take(&mut waiters.leaving),
             moved: std::mem::take(&mut waiters.moved),
             reconcile: waiters.reconcile_rounds > 0,
+            suspects: std::mem::take(&mut waiters.suspects),
+            free_ahead: std::mem::take(&mut waiters.free_ahead),
         })
     }
 
@@ -317,6 +354,12 @@ impl Ticket {
         // The sender lives in the registry as long as this ticket does.
         let _ = self.placement.changed().await;
         self.placement.borrow_and_update().clone()
+    }
+
+    /// This caller's attempt found a free permit that goes to someone ahead of it: if that
+    /// caller does not take it soon, it is stalled, and the tending task sees to it.
+    pub fn free_ahead(&self) {
+        self.waiters.free_ahead(self.name.as_str());
     }
 
     /// The grant took this entry out of the queue: nothing to remove.

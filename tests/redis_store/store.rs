@@ -1,4 +1,4 @@
-//! On the Redis store itself: changes are published only while a replica watches, a revoked
+//! On the Redis store itself: every change is published on the name's channel, a revoked
 //! holder learns the reason for the grant's TTL, and List scans only lease keys under the prefix.
 
 use std::{collections::BTreeSet, time::Duration};
@@ -47,14 +47,12 @@ async fn expect_no_message(
     }
 }
 
-/// Changes of holder are published on the name's wake channel only while a replica is registered
-/// as its watcher: nothing for grants, renewals and releases nobody watches (nor after the last
-/// watcher left); with one registered, `g` for a grant (exclusive and counting: the limit), `r`
-/// for a release and `v` for a revoke (the reason length-prefixed, holders with spaces), nothing
-/// for a renewal. The registration expires by itself (4 s), and a replica past its deadline is
-/// dropped by the next one's keepalive.
+/// Every change of holder is published on the name's wake channel, with nothing in Redis to
+/// register or keep alive for it: `g` for a grant (exclusive and counting: the limit), `r` for a
+/// release and `v` for a revoke (the reason length-prefixed, holders with spaces), nothing for a
+/// renewal; and no key but the lease's own is written for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_are_published_only_while_a_replica_watches() {
+async fn every_change_is_published_on_the_names_channel() {
     let redis = RedisServer::start();
     let store = store_on(&redis.url(), "leased:").await;
     let mut messages = subscribe(&redis.url(), "leased:{watched/job}:wake").await;
@@ -65,37 +63,6 @@ async fn changes_are_published_only_while_a_replica_watches() {
         Duration::from_secs(30),
         1,
         Duration::ZERO,
-    );
-
-    let granted = grant(&store, &exclusive).await;
-    store
-        .renew(&watched, &granted.lease_id, None)
-        .await
-        .unwrap();
-    assert!(store.release(&watched, &granted.lease_id).await.unwrap());
-    expect_no_message(&mut messages, "nobody watches").await;
-
-    assert!(
-        !store.keep_watching(&watched, true).await.unwrap(),
-        "a first registration was not in place before"
-    );
-    assert!(store.keep_watching(&watched, true).await.unwrap());
-    let pttl = pttl_ms(&redis, "leased:{watched/job}:watchers");
-    assert!(
-        (3_000..=4_000).contains(&pttl),
-        "the registration lapses by itself: {pttl}"
-    );
-    // A replica whose deadline passed is dropped by the next keepalive of any other.
-    redis.command(&[
-        "HSET",
-        "leased:{watched/job}:watchers",
-        "gone-replica",
-        "1000",
-    ]);
-    store.keep_watching(&watched, true).await.unwrap();
-    assert_eq!(
-        redis.command(&["HEXISTS", "leased:{watched/job}:watchers", "gone-replica"]),
-        ":0"
     );
 
     let granted = grant(&store, &exclusive).await;
@@ -156,14 +123,12 @@ async fn changes_are_published_only_while_a_replica_watches() {
         format!("r{} {} pool", permit.fencing_token, permit.expires_at_ms)
     );
 
-    assert!(store.keep_watching(&watched, false).await.unwrap());
+    let keys = redis.command(&["KEYS", "leased:{watched/job}*"]);
     assert_eq!(
-        redis.command(&["EXISTS", "leased:{watched/job}:watchers"]),
-        ":0"
+        keys.lines().collect::<BTreeSet<_>>(),
+        BTreeSet::from(["leased:{watched/job}:owner", "leased:{watched/job}:revoked"]),
+        "the keys left once the name is free"
     );
-    let granted = grant(&store, &exclusive).await;
-    assert!(store.release(&watched, &granted.lease_id).await.unwrap());
-    expect_no_message(&mut messages, "after the last watcher left").await;
 }
 
 /// A revoke ends only a grant that still holds; the revoked holder's renewals answer the reason

@@ -23,7 +23,6 @@ use crate::{
     metrics::metrics,
     shutdown::Shutdown,
 };
-pub use tending::TEND_INTERVAL;
 use tending::tend_queue;
 
 /// Redis expires a key one millisecond after its PTTL reaches zero; wake a little later than the
@@ -245,6 +244,8 @@ async fn wait_for_grant<S: LeaseStore>(
         false => Some(join(store, &request.name)),
     };
     let mut reported: Option<Shown> = None;
+    // A full queue is checked once for entries of replicas that are gone.
+    let mut purged = false;
     loop {
         let entry = ticket.as_ref().map(Ticket::entry);
         let outcome = match store.try_acquire(request, lease_id, entry).await {
@@ -272,11 +273,22 @@ async fn wait_for_grant<S: LeaseStore>(
                 position,
                 occupancy,
             },
+            // Entries of replicas that are gone may fill it: checked once, before refusing.
+            full @ AcquireOutcome::QueueFull { .. } if entry.is_some() && !purged => {
+                purged = true;
+                if store.unstall(&request.name, &[], false).await? > 0 {
+                    continue;
+                }
+                return Err(refusal(request, full));
+            }
             refused => return Err(refusal(request, refused)),
         };
         let Some(ticket) = ticket.as_mut() else {
             return Ok(Some(Terminal::NotGranted(placement.occupancy)));
         };
+        if (1..placement.position).contains(&placement.occupancy.free_for_queue()) {
+            ticket.free_ahead();
+        }
         let wake = ticket.wake_signal();
         // Wait in line until there is a reason to try again.
         loop {

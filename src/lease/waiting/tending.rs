@@ -1,23 +1,42 @@
-//! The tending task of a name with waiters here: keeps their queue entries alive, removes those
-//! of callers that left, and hands each waiter its placement.
+//! The tending task of a name with waiters here: removes the entries of callers that left, reads
+//! and hands each waiter its placement when something changed, and sees that no entry holds up
+//! a free permit: this replica's without a caller, or another replica's that does not take it.
+//!
+//! Nothing here runs on a timer while nothing happens: a read has a cause (a wake-up, positions
+//! moved, a resubscription, a holder's expiry, a stall to check, a failure to retry).
 
 use std::{sync::Arc, time::Duration};
 
 use tokio::{
     sync::Notify,
-    time::{Instant, MissedTickBehavior},
+    time::{Instant, sleep_until},
 };
 
+use super::EXPIRY_SLACK;
 use crate::{
     error::Result,
     lease::{LeaseName, LeaseStore, Placement, QueueStatus, Replica},
     metrics::metrics,
 };
 
-/// How often each name with waiters here renews this replica's queue entries and re-reads their
-/// placements, whatever the wake-ups say. The store drops the entries of a replica silent for
-/// several of these; it also bounds how late a waiter learns of a wake-up that was lost.
-pub const TEND_INTERVAL: Duration = Duration::from_millis(500);
+/// A live replica takes a wake-up within milliseconds; another replica's entry that a free
+/// permit has gone to for this long without taking it is stalled, and its replica is checked.
+const STALL_GRACE: Duration = Duration::from_millis(250);
+
+/// While entries stay stalled, they are checked again this often: a dead replica's are taken out
+/// once its heartbeat lapses.
+const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Entries of a live replica stalled this long are taken out anyway: that replica lost the entry's
+/// caller or every report of it. A caller that still waits there reads that it left the queue,
+/// and joins again.
+const STALL_LIMIT: Duration = Duration::from_secs(5);
+
+/// A failed store call of the tending task is tried again this much later.
+const RETRY_DELAY: Duration = Duration::from_millis(500);
+
+/// Rounds of reconciling come this far apart (`Waiters::reconcile`).
+pub(super) const RECONCILE_DELAY: Duration = Duration::from_millis(500);
 
 /// A name's tending task (and its wake-up subscription) outlives its last waiter here by this
 /// long, so that a name waited on again and again is not subscribed and unsubscribed each time.
@@ -26,56 +45,210 @@ const LINGER: Duration = Duration::from_secs(1);
 /// Entries removed from a queue in one store call.
 const LEAVE_BATCH: usize = 256;
 
+/// Other replicas' entries that hold up free permits of the name, since when.
+struct Stall {
+    entries: Vec<String>,
+    since: Instant,
+    checked: Option<Instant>,
+}
+
+impl Stall {
+    /// When the stalled entries are checked next.
+    fn check_at(&self) -> Instant {
+        match self.checked {
+            Some(checked) => checked + STALL_CHECK_INTERVAL,
+            None => self.since + STALL_GRACE,
+        }
+    }
+}
+
+/// What the tending task has to do, and when.
+#[derive(Default)]
+struct Due {
+    /// Read the placements.
+    read: Option<Instant>,
+    /// A round of reconciling the queue with the callers here.
+    reconcile: Option<Instant>,
+    /// Try again the removals that failed.
+    leave: Option<Instant>,
+    /// Forget the name, if nobody waits on it here by then.
+    forget: Option<Instant>,
+}
+
+impl Due {
+    fn next(&self) -> Option<Instant> {
+        [self.read, self.reconcile, self.leave, self.forget]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+}
+
+/// Sets `slot` to `at` unless it is due sooner already.
+fn no_later(slot: &mut Option<Instant>, at: Instant) {
+    *slot = Some(slot.map_or(at, |current| current.min(at)));
+}
+
+fn is_due(slot: Option<Instant>, now: Instant) -> bool {
+    slot.is_some_and(|at| at <= now)
+}
+
 /// Looks after this replica's waiters of one name while there are any (and [`LINGER`] after):
 /// listens for the name's wake-ups, removes the entries of callers that left (and, when asked to
-/// reconcile, those of this replica that no caller here owns), and every [`TEND_INTERVAL`] (and
-/// at once when the queue moved) keeps the entries alive and hands each waiter its new placement.
+/// reconcile, those of this replica that no caller here owns), reads the placements when they
+/// may have changed, and checks on other replicas' entries that hold up a free permit.
 pub(super) async fn tend_queue<S: LeaseStore>(
     store: Arc<Replica<S>>,
     name: LeaseName,
     tend: Arc<Notify>,
 ) {
+    // The subscription's confirmation reports a resync: the first read comes with it.
     store.listen(&name);
-    let mut ticks = tokio::time::interval(TEND_INTERVAL);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    ticks.tick().await; // the first tick is immediate: the first waiter's attempt just queued it
+    let mut due = Due::default();
+    let mut stall: Option<Stall> = None;
     let mut idle_since: Option<Instant> = None;
     loop {
-        let tick = tokio::select! {
-            _ = tend.notified() => false,
-            _ = ticks.tick() => true,
-        };
-        let forget_if_idle = idle_since.is_some_and(|since| since.elapsed() >= LINGER);
+        match due.next() {
+            Some(at) => tokio::select! {
+                _ = tend.notified() => {}
+                _ = sleep_until(at) => {}
+            },
+            None => tend.notified().await,
+        }
+        let now = Instant::now();
+        let forget_if_idle = is_due(due.forget, now);
         let Some(chores) = store.waiters().chores(name.as_str(), forget_if_idle) else {
             break;
         };
         let idle = chores.entries.is_empty() && chores.leaving.is_empty() && !chores.reconcile;
         idle_since = match idle {
-            true => idle_since.or(Some(Instant::now())),
+            true => idle_since.or(Some(now)),
             false => None,
         };
+        due.forget = idle_since.map(|since| since + LINGER);
+
+        due.leave = None;
         for batch in chores.leaving.chunks(LEAVE_BATCH) {
             if let Err(error) = store.leave(&name, batch).await {
                 tracing::debug!(%name, %error, "could not take waiters that left out of the queue; retrying");
                 store.waiters().retry_leaving(name.as_str(), batch.to_vec());
+                due.leave = Some(Instant::now() + RETRY_DELAY);
             }
         }
-        if tick && chores.reconcile {
-            match reconcile(&*store, &name).await {
-                Ok(()) => store.waiters().reconciled(name.as_str()),
+
+        if chores.reconcile && due.reconcile.is_none() {
+            due.reconcile = Some(now + RECONCILE_DELAY);
+        }
+        if is_due(due.reconcile, now) {
+            due.reconcile = match reconcile(&*store, &name).await {
+                Ok(()) => store
+                    .waiters()
+                    .reconciled(name.as_str())
+                    .then(|| Instant::now() + RECONCILE_DELAY),
                 Err(error) => {
                     tracing::debug!(%name, %error, "could not reconcile the queue with the waiters here; retrying");
+                    Some(Instant::now() + RETRY_DELAY)
+                }
+            };
+        }
+
+        if chores.entries.is_empty() {
+            // Nobody here waits: other replicas' stalls are theirs to see.
+            stall = None;
+            due.read = None;
+            continue;
+        }
+        if chores.moved {
+            due.read = Some(now);
+        }
+        if !chores.suspects.is_empty() {
+            let stalled = stall.get_or_insert_with(|| Stall {
+                entries: Vec::new(),
+                since: now,
+                checked: None,
+            });
+            for suspect in chores.suspects {
+                if !stalled.entries.contains(&suspect) {
+                    stalled.entries.push(suspect);
                 }
             }
+            no_later(&mut due.read, stalled.check_at());
         }
-        if (tick || chores.moved) && !chores.entries.is_empty() {
-            match store.queue_status(&name, &chores.entries).await {
-                Ok(status) => place(&*store, &name, chores.entries, status),
-                Err(error) => tracing::debug!(%name, %error, "could not read the queue"),
+        if chores.free_ahead {
+            no_later(&mut due.read, now + STALL_GRACE);
+        }
+        if !is_due(due.read, now) {
+            continue;
+        }
+        due.read = None;
+        let status = match store.queue_status(&name, &chores.entries).await {
+            Ok(status) => status,
+            Err(error) => {
+                tracing::debug!(%name, %error, "could not read the queue; retrying");
+                due.read = Some(Instant::now() + RETRY_DELAY);
+                continue;
             }
+        };
+        let now = Instant::now();
+        let look_at_expiry = expiry_to_look_at(&status, now);
+        let others_due: Vec<String> = status
+            .due
+            .iter()
+            .filter(|entry| !store.waiters().is_mine(entry))
+            .cloned()
+            .collect();
+        place(&*store, &name, chores.entries, status);
+
+        // Entries of other replicas that free permits go to: a stall keeps its time while they
+        // are the ones seen before (or some of them), and starts again with a new one.
+        stall = match stall.take() {
+            _ if others_due.is_empty() => None,
+            Some(previous)
+                if others_due
+                    .iter()
+                    .all(|entry| previous.entries.contains(entry)) =>
+            {
+                Some(Stall {
+                    entries: others_due,
+                    ..previous
+                })
+            }
+            _ => Some(Stall {
+                entries: others_due,
+                since: now,
+                checked: None,
+            }),
+        };
+        if let Some(stalled) = stall.as_mut()
+            && stalled.check_at() <= now
+        {
+            let overdue = now.duration_since(stalled.since) >= STALL_LIMIT;
+            stalled.checked = Some(now);
+            if let Err(error) = store.unstall(&name, &stalled.entries, overdue).await {
+                tracing::debug!(%name, %error, "could not check on stalled queue entries; retrying");
+            }
+        }
+        if let Some(stalled) = &stall {
+            no_later(&mut due.read, stalled.check_at());
+        }
+        if let Some(at) = look_at_expiry {
+            no_later(&mut due.read, at);
         }
     }
     store.unlisten(&name);
+}
+
+/// When to read again at the expiry of the permit that frees soonest, if no waiter here is first
+/// in line (the first in line's own timer retries at that moment; the others look a grace later
+/// whether it did, since a first in line whose replica is gone never will).
+fn expiry_to_look_at(status: &QueueStatus, now: Instant) -> Option<Instant> {
+    let occupancy = &status.occupancy;
+    if occupancy.held == 0 || occupancy.held < occupancy.limit || status.positions.contains(&1) {
+        return None;
+    }
+    let expiry = occupancy.holder.as_ref()?.expiry?;
+    let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
+    Some(now + remaining + EXPIRY_SLACK + STALL_GRACE)
 }
 
 /// Takes out of the queue of `name` the entries of this replica that no caller here owns: those
@@ -108,6 +281,7 @@ fn place<S: LeaseStore>(
     let QueueStatus {
         occupancy,
         positions,
+        ..
     } = status;
     let free = occupancy.free_for_queue();
     let mut to_wake = Vec::new();

@@ -1,7 +1,7 @@
 //! The paused-clock tests of waiting: queueing, wake-ups, expiries, deadlines and undelivered
 //! grants, against a `MemoryStore`.
 
-use super::*;
+use super::{tending::RECONCILE_DELAY, *};
 use crate::{
     lease::{Limits, limits::AcquireFields},
     shutdown,
@@ -340,7 +340,7 @@ async fn a_woken_entry_without_a_caller_is_taken_out() {
 }
 
 /// After an attempt without an answer, the name's entries are reconciled with the callers
-/// here (twice, a tending interval apart): a callerless entry goes, a live one stays.
+/// here (twice, half a second apart): a callerless entry goes, a live one stays.
 #[tokio::test(start_paused = true)]
 async fn reconciling_removes_only_entries_without_a_caller() {
     let store = test_replica(16);
@@ -348,19 +348,20 @@ async fn reconciling_removes_only_entries_without_a_caller() {
     let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut waiter).await.0, 1);
     let ghost = queue_callerless_entry(&store).await;
-    // Not woken and not reconciled: it stays. (Halfway between two tendings from here on.)
-    tokio::time::sleep(TEND_INTERVAL * 3 + TEND_INTERVAL / 2).await;
+    // Not woken and not reconciled: it stays.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(queued(&store).await, 2);
 
     store.waiters().reconcile(NAME);
-    tokio::time::sleep(TEND_INTERVAL).await;
+    let round = RECONCILE_DELAY + Duration::from_millis(1);
+    tokio::time::sleep(round).await;
     let queued = store.queued_here(&name()).await.unwrap();
     assert_eq!(queued.len(), 1, "{queued:?}");
     assert!(!queued.contains(&ghost));
-    // The second round, a tending interval later, takes out an entry that came after the
-    // first (a late attempt behind other commands); the waiter still waits, first.
+    // The second round, half a second later, takes out an entry that came after the first (a
+    // late attempt behind other commands); the waiter still waits, first.
     let ghost = queue_callerless_entry(&store).await;
-    tokio::time::sleep(TEND_INTERVAL).await;
+    tokio::time::sleep(round).await;
     assert!(!store.queued_here(&name()).await.unwrap().contains(&ghost));
     assert!(matches!(
         waiter.try_recv(),

@@ -22,7 +22,6 @@ use super::{Holder, LeaseName, LeaseStore, Replica};
 use crate::error::{Error, Result};
 use registry::Message;
 pub use registry::Watchers;
-pub use tending::WATCH_KEEPALIVE;
 use tending::tend_watch;
 
 /// Why a [`WatchUpdate`] was sent.

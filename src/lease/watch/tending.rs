@@ -1,11 +1,12 @@
-//! The tending task of a watched name: registers and listens, reads, applies the store's changes
-//! to the view, times expiries and keeps the registration alive while anyone watches here.
+//! The tending task of a watched name: listens, reads, applies the store's changes to the view,
+//! and times expiries, while anyone watches here. Nothing is registered or kept alive in the
+//! store: it reports every change of a name it listens to.
 
 use std::{sync::Arc, time::Duration};
 
 use tokio::{
     sync::Notify,
-    time::{Instant, MissedTickBehavior, interval_at, sleep_until},
+    time::{Instant, sleep_until},
 };
 
 use super::{
@@ -14,10 +15,6 @@ use super::{
     view::{Publish, Tender, View},
 };
 use crate::lease::{LeaseName, LeaseStore, Replica};
-
-/// How often the tending task renews this replica's registration as a watcher of its name in
-/// the store (which reports changes only while someone is registered).
-pub const WATCH_KEEPALIVE: Duration = Duration::from_secs(1);
 
 /// How long the first read of a name waits for the store's subscription to it.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(1);
@@ -30,8 +27,8 @@ const MIN_EXPIRY_READ_INTERVAL: Duration = Duration::from_millis(10);
 /// After a failed read of a watched name, the next attempt comes this much later.
 pub(super) const READ_RETRY: Duration = Duration::from_millis(250);
 
-/// Looks after one watched name while anyone watches it here; then unregisters, unless someone
-/// started watching again meanwhile.
+/// Looks after one watched name while anyone watches it here; then stops listening, unless
+/// someone started watching again meanwhile.
 pub(super) async fn tend_watch<S: LeaseStore>(
     store: Arc<Replica<S>>,
     name: LeaseName,
@@ -39,10 +36,6 @@ pub(super) async fn tend_watch<S: LeaseStore>(
 ) {
     loop {
         watch_while_watched(&*store, &name, &tend).await;
-        // Best effort: a registration left behind lapses by itself within a few seconds.
-        if let Err(error) = store.keep_watching(&name, false).await {
-            tracing::debug!(%name, %error, "could not unregister a watch");
-        }
         store.unlisten(&name);
         if store.watchers().retire(name.as_str()) {
             return;
@@ -50,33 +43,17 @@ pub(super) async fn tend_watch<S: LeaseStore>(
     }
 }
 
-/// Keeps this replica registered as a watcher of `name`; false if the store had lost the
-/// registration (changes may have gone unreported).
-async fn registration_kept<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> bool {
-    match store.keep_watching(name, true).await {
-        Ok(kept) => kept,
-        Err(error) => {
-            // Retried at the next keepalive; a registration that lapsed meanwhile answers false.
-            tracing::debug!(%name, %error, "could not renew a watch registration");
-            true
-        }
-    }
-}
-
-/// The tending of one name: registers and listens, reads it (a snapshot), then applies the
-/// store's changes, times the holders' expiries, re-reads when changes may have been missed,
-/// and keeps the registration alive, until nobody watches the name here.
+/// The tending of one name: listens, reads it (a snapshot), then applies the store's changes,
+/// times the holders' expiries and re-reads when changes may have been missed, until nobody
+/// watches the name here.
 async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName, tend: &Notify) {
     let watchers = store.watchers();
     store.listen(name);
-    // Registered and subscribed before the first read, so that every change after it is
-    // reported as itself (a change before the subscription would only show up in a later read,
-    // as a snapshot). A store that cannot subscribe now gets its read anyway: the resync after
-    // the subscription succeeds catches up.
-    registration_kept(store, name).await;
+    // Subscribed before the first read, so that every change after it is reported as itself (a
+    // change before the subscription would only show up in a later read, as a snapshot). A
+    // store that cannot subscribe now gets its read anyway: the resync after the subscription
+    // succeeds catches up.
     let _ = tokio::time::timeout(LISTEN_TIMEOUT, store.listening(name)).await;
-    let mut keepalive = interval_at(Instant::now() + WATCH_KEEPALIVE, WATCH_KEEPALIVE);
-    keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut tender = Tender {
         out: ToWatchers {
             watchers,
@@ -106,12 +83,6 @@ async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName
                 last_expiry_read = Some(now);
             }
             expiry_due = false;
-            if reread == Reread::Always {
-                // Changes were missed, perhaps because the store lost this replica's registration
-                // (a Redis restart): register again before the read, so that the changes after
-                // it are reported as themselves rather than at the next keepalive's re-read.
-                registration_kept(store, name).await;
-            }
             let max_before = tender.view.max_token;
             match store.describe(name).await {
                 Ok(description) => {
@@ -155,11 +126,6 @@ async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName
         };
         tokio::select! {
             _ = tend.notified() => {}
-            _ = keepalive.tick() => {
-                if !registration_kept(store, name).await {
-                    reread = Reread::Always;
-                }
-            }
             _ = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {
                 expiry_due = reread == Reread::No;
             }

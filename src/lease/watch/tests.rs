@@ -402,8 +402,8 @@ impl LeaseStore for Unreliable {
         self.store.list(prefix, page_size, page_token).await
     }
 
-    async fn keep_watching(&self, name: &LeaseName, watching: bool) -> Result<bool> {
-        self.store.keep_watching(name, watching).await
+    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
+        self.store.unstall(name, stalled, overdue).await
     }
 
     async fn ping(&self) -> Result<()> {

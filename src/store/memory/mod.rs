@@ -37,6 +37,9 @@ const MAX_NAMES_PER_PAGE: usize = 10_000;
 /// The version of this store's page tokens: `m1.<hex of the prefix>.<hex of the last name>`.
 const PAGE_TOKEN_VERSION: &str = "m1.";
 
+/// The most entries a queue status names as due, as the Redis store's `MAX_WAKE_UPS`.
+const MAX_DUE: usize = 8;
+
 /// An in-process lease store.
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -308,10 +311,22 @@ impl LeaseStore for MemoryStore {
                     .map_or(0, |index| index as u32 + 1)
             })
             .collect();
+        let occupancy = state.occupancy(name, now);
+        let due = queue.map_or_else(Vec::new, |queue| {
+            let free = occupancy.free_for_queue() as usize;
+            queue.iter().take(free.min(MAX_DUE)).cloned().collect()
+        });
         Ok(QueueStatus {
-            occupancy: state.occupancy(name, now),
+            occupancy,
             positions,
+            due,
         })
+    }
+
+    /// One process, one replica: every entry is this replica's, and the core takes out those
+    /// without a caller. Nothing here can stall on another replica.
+    async fn unstall(&self, _name: &LeaseName, _stalled: &[String], _overdue: bool) -> Result<usize> {
+        Ok(0)
     }
 
     async fn revoke(
@@ -419,11 +434,6 @@ impl LeaseStore for MemoryStore {
                 .filter(|_| more)
                 .map(|last_name| next_page_token(prefix, last_name)),
         })
-    }
-
-    /// Every change is reported to [`StoreEvents`] in process, with nothing to register or lose.
-    async fn keep_watching(&self, _name: &LeaseName, _watching: bool) -> Result<bool> {
-        Ok(true)
     }
 
     async fn ping(&self) -> Result<()> {

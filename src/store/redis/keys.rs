@@ -10,15 +10,12 @@ pub struct LeaseKeys {
     /// The name's fencing counter and its exclusive grant (prelude.lua).
     pub(super) owner: String,
     pub(super) queue: String,
-    pub(super) replicas: String,
     /// The shard channel of the name's wake-ups: in the same slot, declared as a key.
     pub(super) wake: String,
     /// A counting lease's permits, by the moment each frees.
     pub(super) permits: String,
     /// A counting lease's permit records and limit.
     pub(super) holders: String,
-    /// The replicas watching the name: its changes are published only while it exists.
-    pub(super) watchers: String,
     /// Why recently revoked grants were revoked, for their holders' renewals.
     pub(super) revoked: String,
 }
@@ -36,46 +33,49 @@ impl LeaseKeys {
         LeaseKeys {
             owner: key(":owner"),
             queue: key(":queue"),
-            replicas: key(":replicas"),
             wake: key(":wake"),
             permits: key(":permits"),
             holders: key(":holders"),
-            watchers: key(":watchers"),
             revoked: key(":revoked"),
             lease,
         }
     }
 
-    /// The KEYS of leave.lua and status.lua, and the first ones of release.lua and revoke.lua, in
-    /// the order their headers list.
+    /// The KEYS of acquire.lua, release.lua, leave.lua and purge.lua, and the first ones of
+    /// revoke.lua, in the order their headers list.
     pub(super) fn for_queue_scripts(self) -> Vec<String> {
         vec![
             self.lease,
             self.owner,
             self.queue,
-            self.replicas,
             self.wake,
             self.permits,
             self.holders,
         ]
     }
 
-    /// The KEYS of release.lua.
-    pub(super) fn for_release(mut self) -> Vec<String> {
-        let watchers = std::mem::take(&mut self.watchers);
-        let mut keys = self.for_queue_scripts();
-        keys.push(watchers);
-        keys
+    /// The KEYS of status.lua: the queue scripts' without the channel (it publishes nothing).
+    pub(super) fn for_status(self) -> Vec<String> {
+        vec![
+            self.lease,
+            self.owner,
+            self.queue,
+            self.permits,
+            self.holders,
+        ]
     }
 
     /// The KEYS of revoke.lua.
     pub(super) fn for_revoke(mut self) -> Vec<String> {
-        let (watchers, revoked) = (
-            std::mem::take(&mut self.watchers),
-            std::mem::take(&mut self.revoked),
-        );
+        let revoked = std::mem::take(&mut self.revoked);
         let mut keys = self.for_queue_scripts();
-        keys.extend([watchers, revoked]);
+        keys.push(revoked);
         keys
     }
+}
+
+/// The heartbeat key of a replica: it exists while the replica is alive (it renews it well
+/// within its expiry). Outside every lease's hash tag, so `List` never sees it.
+pub(super) fn heartbeat_key(key_prefix: &str, replica: &str) -> String {
+    format!("{key_prefix}replica:{replica}")
 }

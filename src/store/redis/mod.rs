@@ -1,15 +1,16 @@
 //! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
 //! keys of a lease share one hash tag, and time comes from Redis `TIME`. Waiters queue in Redis;
 //! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
-//! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it.
+//! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it. Nothing is
+//! polled per name: a replica proves it is alive with one heartbeat key ([`liveness`]), and
+//! re-reads a name only when something happened to it or messages may have been missed.
 //!
-//! Watching: while some replica watches a name (`<prefix>{name}:watchers`, kept by
-//! `watching.lua`), the scripts that change its holders also publish each change on the same
-//! channel (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)), which
-//! this replica reports ([`StoreEvents::changed`](crate::lease::StoreEvents::changed)); with
-//! nobody watching they publish nothing. Whenever messages may have been missed (a new
-//! subscription, a reconnect, a lagging subscriber), the store reports a resync and the watchers
-//! re-read.
+//! Watching: the scripts that change a name's holders publish each change on the same channel
+//! (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)), whether or not
+//! anyone listens, which this replica reports
+//! ([`StoreEvents::changed`](crate::lease::StoreEvents::changed)). Whenever messages may have been
+//! missed (a new subscription, a reconnect, a slot move, a lagging subscriber, data lost), the
+//! store reports a resync and the watchers re-read.
 //!
 //! Listing ([`LeaseStore::list`](crate::lease::LeaseStore::list)) `SCAN`s every master (the one
 //! server, the Sentinel master, or each Cluster primary) a bounded number of times per page, and
@@ -18,6 +19,7 @@
 
 mod keys;
 mod list;
+mod liveness;
 mod messages;
 mod operations;
 mod replies;
@@ -64,8 +66,8 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
 }
 
-/// The Lua scripts, one per atomic operation. Each but `queued.lua` starts with `prelude.lua`,
-/// which holds their shared functions (the queue, the holders, tokens).
+/// The Lua scripts, one per atomic operation. Each but `queued.lua` and `replicas.lua` starts with
+/// `prelude.lua`, which holds their shared functions (the queue, the holders, tokens).
 struct Scripts {
     acquire: Script,
     renew: Script,
@@ -75,7 +77,8 @@ struct Scripts {
     queued: Script,
     status: Script,
     revoke: Script,
-    watching: Script,
+    purge: Script,
+    replicas: Script,
 }
 
 macro_rules! with_prelude {
@@ -98,7 +101,8 @@ impl Scripts {
             queued: Script::from_lua(include_str!("../scripts/queued.lua")),
             status: with_prelude!("../scripts/status.lua"),
             revoke: with_prelude!("../scripts/revoke.lua"),
-            watching: with_prelude!("../scripts/watching.lua"),
+            purge: with_prelude!("../scripts/purge.lua"),
+            replicas: Script::from_lua(include_str!("../scripts/replicas.lua")),
         }
     }
 }
@@ -125,6 +129,7 @@ impl RedisStore {
         check_url_scheme(&options.url)?;
         let url_error = |e: RedisError| StartupError::RedisUrl(e.details().to_string());
         let config = Config::from_url(&options.url).map_err(url_error)?;
+        let clustered = config.server.is_clustered();
         let mut builder = Builder::from_config(config);
         builder
             .with_performance_config(|performance| {
@@ -157,7 +162,7 @@ impl RedisStore {
                 }
             }
         });
-        let background = vec![
+        let mut background = vec![
             tokio::spawn(keep_subscriptions(
                 subscriber.clone(),
                 subscriptions.clone(),
@@ -174,7 +179,19 @@ impl RedisStore {
                 subscriptions.clone(),
                 events.clone(),
             )),
+            tokio::spawn(liveness::keep_heartbeat(
+                pool.clone(),
+                keys::heartbeat_key(&options.key_prefix, events.replica()),
+                events.replica().to_owned(),
+                events.clone(),
+            )),
         ];
+        if clustered {
+            background.push(tokio::spawn(liveness::follow_slot_moves(
+                pool.clone(),
+                subscriber.clone(),
+            )));
+        }
         // The tasks above exist before the first connection, so none of its events is missed.
         drop(pool.connect_pool());
         drop(subscriber.connect());

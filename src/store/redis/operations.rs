@@ -3,20 +3,21 @@
 
 use std::time::Duration;
 
-use fred::prelude::ClientLike;
+use fred::prelude::{ClientLike, KeysInterface};
 
 use super::{
     RedisStore,
+    keys::heartbeat_key,
     list::PageToken,
-    replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
+    replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS, store_error},
 };
 use crate::{
     error::{Error, Result},
     lease::{
         AcquireOutcome, Description, LeaseGone, LeaseId, LeaseName, LeasePage, LeaseStore,
-        ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire, waiting::TEND_INTERVAL,
-        watch::WATCH_KEEPALIVE,
+        ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
     },
+    metrics::metrics,
 };
 
 /// The owner hash, which holds a name's fencing counter, outlives its leases by at least this long
@@ -24,15 +25,6 @@ use crate::{
 /// tokens increasing.
 const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// A replica whose waiters' entries were not renewed for this long is taken for dead, and its
-/// entries leave the queue. Four tending intervals: a live replica misses it only if Redis is
-/// out of its reach for seconds.
-const REPLICA_TTL: Duration = Duration::from_millis(4 * TEND_INTERVAL.as_millis() as u64);
-
-/// A replica's registration as a watcher of a name lapses unless renewed within this long: four
-/// keepalives, so a live replica loses it only if Redis is out of its reach for seconds.
-const WATCH_REGISTRATION_TTL: Duration =
-    Duration::from_millis(4 * WATCH_KEEPALIVE.as_millis() as u64);
 impl LeaseStore for RedisStore {
     async fn try_acquire(
         &self,
@@ -52,24 +44,14 @@ impl LeaseStore for RedisStore {
                 "acquire",
                 name,
                 &self.scripts.acquire,
-                vec![
-                    keys.lease,
-                    keys.owner,
-                    keys.queue,
-                    keys.replicas,
-                    keys.wake,
-                    keys.permits,
-                    keys.holders,
-                    keys.watchers,
-                ],
+                keys.for_queue_scripts(),
                 vec![
                     lease_id.expose().to_owned(),
                     request.holder.clone(),
                     ttl_ms.to_string(),
                     fence_ttl_ms.to_string(),
                     entry.unwrap_or_default().to_owned(),
-                    self.events.replica().to_owned(),
-                    REPLICA_TTL.as_millis().to_string(),
+                    request.wait.as_millis().to_string(),
                     self.max_waiters_per_name.to_string(),
                     request.limit.to_string(),
                     request.lock_delay.as_millis().to_string(),
@@ -129,7 +111,7 @@ impl LeaseStore for RedisStore {
                 "release",
                 name,
                 &self.scripts.release,
-                keys.for_release(),
+                keys.for_queue_scripts(),
                 vec![lease_id.expose().to_owned()],
             )
             .await?;
@@ -207,26 +189,77 @@ impl LeaseStore for RedisStore {
 
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
         let keys = self.keys(name);
-        let mut args = Vec::with_capacity(entries.len() + 2);
-        args.push(self.events.replica().to_owned());
-        args.push(REPLICA_TTL.as_millis().to_string());
-        args.extend_from_slice(entries);
         let reply = self
             .run(
                 "status",
                 name,
                 &self.scripts.status,
-                keys.for_queue_scripts(),
-                args,
+                keys.for_status(),
+                entries.to_vec(),
             )
             .await?;
         let positions = (0..entries.len())
             .map(|index| reply.count(OCCUPANCY_FIELDS + index))
             .collect::<Result<_>>()?;
+        let due = (OCCUPANCY_FIELDS + entries.len()..reply.len()?)
+            .map(|index| reply.string(index))
+            .collect::<Result<_>>()?;
         Ok(QueueStatus {
             occupancy: reply.occupancy(0)?,
             positions,
+            due,
         })
+    }
+
+    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
+        let keys = self.keys(name);
+        let suspects: Vec<String> = match stalled.is_empty() {
+            true => {
+                let reply = self
+                    .run("replicas", name, &self.scripts.replicas, vec![keys.queue], vec![])
+                    .await?;
+                (0..reply.len()?).map(|index| reply.string(index)).collect::<Result<_>>()?
+            }
+            false => {
+                let mut replicas: Vec<String> = stalled
+                    .iter()
+                    .filter_map(|entry| entry.split_once(':'))
+                    .map(|(replica, _)| format!("{replica}:"))
+                    .collect();
+                replicas.sort();
+                replicas.dedup();
+                replicas
+            }
+        };
+        let me = format!("{}:", self.events.replica());
+        let mut purge = Vec::new();
+        for replica in suspects.into_iter().filter(|replica| *replica != me) {
+            if !self.is_alive(name, &replica[..replica.len() - 1]).await? {
+                purge.push(replica);
+            }
+        }
+        if overdue {
+            purge.extend(stalled.iter().filter(|entry| !entry.starts_with(&me)).cloned());
+        }
+        if purge.is_empty() && stalled.is_empty() {
+            return Ok(0);
+        }
+        let gone = purge.iter().filter(|item| item.ends_with(':')).count();
+        let removed = self
+            .run(
+                "purge",
+                name,
+                &self.scripts.purge,
+                self.keys(name).for_queue_scripts(),
+                purge,
+            )
+            .await?
+            .integer()? as usize;
+        if removed > 0 {
+            tracing::info!(%name, removed, replicas_gone = gone, overdue, "took stalled entries of other replicas out of the queue");
+            metrics().stalled_entries_removed.inc_by(removed as u64);
+        }
+        Ok(removed)
     }
 
     async fn ping(&self) -> Result<()> {
@@ -291,21 +324,18 @@ impl LeaseStore for RedisStore {
         self.list_page(prefix, page_size.max(1), resume).await
     }
 
-    async fn keep_watching(&self, name: &LeaseName, watching: bool) -> Result<bool> {
-        let keys = self.keys(name);
-        let reply = self
-            .run(
-                "watching",
-                name,
-                &self.scripts.watching,
-                vec![keys.watchers],
-                vec![
-                    self.events.replica().to_owned(),
-                    if watching { "1" } else { "0" }.to_owned(),
-                    WATCH_REGISTRATION_TTL.as_millis().to_string(),
-                ],
-            )
-            .await?;
-        Ok(reply.integer()? == 1)
+}
+
+impl RedisStore {
+    /// Whether `replica`'s heartbeat key exists (asked about a stalled entry of `name`).
+    async fn is_alive(&self, name: &LeaseName, replica: &str) -> Result<bool> {
+        let key = heartbeat_key(&self.key_prefix, replica);
+        let started = std::time::Instant::now();
+        let exists = self.pool.next().exists::<i64, _>(key).await;
+        metrics().record_store("heartbeat_check", started.elapsed(), exists.is_err());
+        match exists {
+            Ok(count) => Ok(count > 0),
+            Err(error) => Err(store_error("heartbeat_check", name, error)),
+        }
     }
 }

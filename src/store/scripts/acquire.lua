@@ -9,16 +9,15 @@
 --                                   exclusive lease (prelude.lua); kept for the fence TTL, past
 --                                   the lease
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (prelude.lua)
--- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline (prelude.lua)
--- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (prelude.lua)
--- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
--- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
--- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline, while any replica watches the name
---                                   (watching.lua); a grant publishes 'g...' only then
+-- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (prelude.lua);
+--                                   a grant publishes 'g...' on it
+-- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
+-- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
 -- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms (the owner hash's)
--- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] replica   ARGV[7] replica_ttl_ms
--- ARGV[8]  max_waiters (the whole queue, every replica)   ARGV[9] limit (1: exclusive)
--- ARGV[10] lock_delay_ms
+-- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] wait_ms (how long the caller may
+--          still wait: the queue lives at least that long)
+-- ARGV[7]  max_waiters (the whole queue, every replica)   ARGV[8] limit (1: exclusive)
+-- ARGV[9]  lock_delay_ms
 -- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
 --          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
 --           lock_delay_ms}
@@ -31,11 +30,11 @@
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
 -- lease key and the owner hash, so it must always be spelled the same way.
-local lease, owner_key, queue, replicas, channel, permits, holders, watchers =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local lease, owner_key, queue, channel, permits, holders =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local lease_id, holder, entry = ARGV[1], ARGV[2], ARGV[5]
 local now_ms, now_us = redis_now()
-local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[8]), tonumber(ARGV[9])
 
 -- Who takes the name now: {taken, limit, held, holder fields...} as occupancy() answers.
 local occupied
@@ -59,13 +58,13 @@ if current then
   end
 end
 -- Whether any of the keys that a plain grant finds missing exists: a counting lease's holders, a
--- queue, watchers. One call answers the common case, none; the grant path always sets it here.
+-- queue. One call answers the common case, neither; the grant path always sets it here.
 local bystanders = true
 -- Whether a counting lease's holders hash existed: its permits, and its share of the counter.
 local counting = false
 if not occupied then
   occupied = nobody()
-  bystanders = redis.call('EXISTS', holders, queue, watchers) > 0
+  bystanders = redis.call('EXISTS', holders, queue) > 0
   counting = bystanders and redis.call('EXISTS', holders) == 1
   if counting then
     local mine = parse_permit(redis.call('HGET', holders, lease_id))
@@ -85,11 +84,6 @@ local free = limit - occupied[1]
 if free > 0 then
   local rank = bystanders and entry ~= '' and redis.call('ZRANK', queue, entry) or nil
   local ahead = rank or (bystanders and redis.call('ZCARD', queue) or 0)
-  if ahead >= free and purge_dead_replicas(queue, replicas, now_ms) then
-    queue_moved(queue, replicas, channel, free)
-    rank = entry ~= '' and redis.call('ZRANK', queue, entry) or nil
-    ahead = rank or redis.call('ZCARD', queue)
-  end
   if ahead < free then
     local last = redis.call('HMGET', owner_key, 't', 'd')
     -- While a counting lease holds permits, its grants count in its holders hash.
@@ -112,24 +106,22 @@ if free > 0 then
       redis.call('HSET', owner_key, 'i', lease_id, 'h', holder, 't', token_text,
         'l', ARGV[3], 'e', expiry)
       if delay_ms > 0 then
-        redis.call('HSET', owner_key, 'd', ARGV[10])
+        redis.call('HSET', owner_key, 'd', ARGV[9])
       elseif last[2] then
         redis.call('HDEL', owner_key, 'd') -- an earlier grant's, which expired
       end
       redis.call('PEXPIRE', owner_key, ARGV[4])
     else
       redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
-        'limit', ARGV[9], 't', token_text)
+        'limit', ARGV[8], 't', token_text)
       redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
       keep_permits(permits, holders, now_ms)
     end
     if rank then
       redis.call('ZREM', queue, entry)
-      queue_moved(queue, replicas, channel, free - 1)
+      queue_moved(queue, channel, free - 1)
     end
-    if bystanders and watched(watchers) then
-      redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
-    end
+    redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
     return {1, token, ttl_ms, expires_at_ms}
   end
   -- Callers ahead take the free permits. Wake them again in case they missed the release.
@@ -144,16 +136,12 @@ end
 local rank = redis.call('ZRANK', queue, entry)
 if not rank then
   local size = redis.call('ZCARD', queue)
-  if size >= tonumber(ARGV[8]) and purge_dead_replicas(queue, replicas, now_ms) then
-    queue_moved(queue, replicas, channel, math.max(free, 0))
-    size = redis.call('ZCARD', queue)
-  end
-  if size >= tonumber(ARGV[8]) then
-    return {2, tonumber(ARGV[8])}
+  if size >= tonumber(ARGV[7]) then
+    return {2, tonumber(ARGV[7])}
   end
   local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
   redis.call('ZADD', queue, (tonumber(tail[2]) or 0) + 1, entry)
   rank = size
 end
-keep_alive(queue, replicas, ARGV[6], now_ms, tonumber(ARGV[7]))
+keep_queue(queue, tonumber(ARGV[6]))
 return {0, rank + 1, unpack(occupied)}

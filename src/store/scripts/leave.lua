@@ -5,15 +5,14 @@
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
--- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
--- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups
--- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
--- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
+-- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups
+-- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV     the entries
 -- Reply    how many were in the queue
 local removed = redis.call('ZREM', KEYS[3], unpack(ARGV))
 if removed > 0 then
-  local occupied = occupancy(KEYS[1], KEYS[2], KEYS[6], KEYS[7], redis_now())
-  queue_moved(KEYS[3], KEYS[4], KEYS[5], free_for_queue(occupied))
+  local occupied = occupancy(KEYS[1], KEYS[2], KEYS[5], KEYS[6], redis_now())
+  queue_moved(KEYS[3], KEYS[4], free_for_queue(occupied))
 end
 return removed

@@ -3,18 +3,20 @@
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- The queue is a sorted set (<prefix>{name}:queue): member '<replica>:<n>', score the arrival
--- order (the tail's score + 1). Each replica with waiters on the name keeps a deadline (Unix ms,
--- Redis time) in <prefix>{name}:replicas and renews it while it waits; the entries of a replica
--- whose deadline passed are purged, since nobody is left to take the lease for them. Both keys go
--- when the queue empties. Wake-ups are published on the name's shard channel, and only when someone
--- is queued: 'w<member>' (a free permit goes to that entry: it is first in line and the lease is
--- free, or for a counting lease one of the first k in line with k permits free) and 'm' (positions
--- or the holders changed). docs/src/internals/fair-waiting.md.
+-- order (the tail's score + 1). Nothing here keeps an entry alive: its replica proves it is alive
+-- with one heartbeat key of its own (<prefix>replica:<replica>), which a script on the name's slot
+-- cannot read on Redis Cluster, so the replica that notices a stalled entry checks the heartbeat
+-- and then calls purge.lua. The queue key expires when the longest wait of the callers that joined
+-- it is over, so a queue whose every replica went away lapses by itself. Wake-ups are published
+-- on the name's shard channel, and only when someone is queued: 'w<member>' (a free permit goes
+-- to that entry: it is first in line and the lease is free, or for a counting lease one of the
+-- first k in line with k permits free) and 'm' (positions or the holders changed).
+-- docs/src/internals/fair-waiting.md.
 --
--- The same channel carries the changes of holder, and only while some replica watches the name
--- (<prefix>{name}:watchers exists: watching.lua): 'g' granted, 'r' released, 'v' revoked (the
--- *_message functions below). Numbers are written with %d; the holder comes last, since it may
--- hold spaces.
+-- The same channel carries every change of holder: 'g' granted, 'r' released, 'v' revoked (the
+-- *_message functions below), published whether or not anyone listens (an SPUBLISH nobody
+-- subscribes to costs little and never leaves the shard), so that watching a name needs nothing
+-- in Redis. Numbers are written with %d; the holder comes last, since it may hold spaces.
 --
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
 -- permits of a counting lease (limit > 1). The owner hash, <prefix>{name}:owner, holds the name's
@@ -52,30 +54,6 @@ local function first_in_line(queue)
   return redis.call('ZRANGE', queue, 0, 0)[1]
 end
 
--- Removes the entries of replicas whose deadline passed; true if any entry was removed.
-local function purge_dead_replicas(queue, replicas, now_ms)
-  local deadlines = redis.call('HGETALL', replicas)
-  local dead, any_dead = {}, false
-  for i = 1, #deadlines, 2 do
-    if tonumber(deadlines[i + 1]) < now_ms then
-      dead[deadlines[i]] = true
-      any_dead = true
-      redis.call('HDEL', replicas, deadlines[i])
-    end
-  end
-  if not any_dead then
-    return false
-  end
-  local removed = false
-  for _, entry in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
-    if dead[string.match(entry, '^(.-):')] then
-      redis.call('ZREM', queue, entry)
-      removed = true
-    end
-  end
-  return removed
-end
-
 -- Wakes the first `count` entries in line (at most MAX_WAKE_UPS): the free permits are theirs.
 local function wake_first(queue, channel, count)
   if count <= 0 then
@@ -86,23 +64,24 @@ local function wake_first(queue, channel, count)
   end
 end
 
--- After entries left the queue: drop the bookkeeping of an empty queue, or tell every replica that
+-- After entries left the queue: unless it is empty (and so gone), tell every replica that
 -- positions moved and wake the callers that the `free` permits now go to.
-local function queue_moved(queue, replicas, channel, free)
-  local first = first_in_line(queue)
-  if not first then
-    redis.call('DEL', replicas)
+local function queue_moved(queue, channel, free)
+  if not first_in_line(queue) then
     return
   end
   redis.call('SPUBLISH', channel, 'm')
   wake_first(queue, channel, free)
 end
 
--- Renews this replica's deadline, and lets both keys expire if every replica goes away.
-local function keep_alive(queue, replicas, replica, now_ms, replica_ttl_ms)
-  redis.call('HSET', replicas, replica, string.format('%d', now_ms + replica_ttl_ms))
-  redis.call('PEXPIRE', queue, 2 * replica_ttl_ms)
-  redis.call('PEXPIRE', replicas, 2 * replica_ttl_ms)
+-- A caller joined the queue to wait at most `wait_ms`: the queue lives at least that long (and a
+-- second more), and no longer than its longest waiter, so that entries whose replicas all went
+-- away lapse with it.
+local function keep_queue(queue, wait_ms)
+  local ttl_ms = wait_ms + 1000
+  if redis.call('PTTL', queue) < ttl_ms then
+    redis.call('PEXPIRE', queue, ttl_ms)
+  end
 end
 
 -- Where a free or held lease stands, as the scripts reply: {held, holder, token, remaining_ms,
@@ -258,11 +237,6 @@ end
 -- below 2^53: microsecond timestamps stay under it until the year 2255.
 local function next_token(last, now_us)
   return math.max((tonumber(last) or 0) + 1, now_us)
-end
-
--- Whether some replica watches the name (watching.lua): only then are its changes published.
-local function watched(watchers)
-  return redis.call('EXISTS', watchers) == 1
 end
 
 -- 'g<token> <limit> <ttl_ms> <expires_at_ms> <holder>': a grant.

@@ -6,16 +6,14 @@
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
--- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
--- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
--- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
--- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
--- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline; 'r...' is published only if it exists
+-- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes ('r...')
+-- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  lease_id
 -- Reply    {1, woken}  released; woken: the entry the permit goes to, '' if nobody waits for it
 --          {0}         not the holder (already released, expired, revoked, or taken over)
-local lease, owner_key, queue, replicas, channel, permits, holders, watchers =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local lease, owner_key, queue, channel, permits, holders =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now_ms = redis_now()
 
 -- Permits free once this one is: the callers at those places in line may take one.
@@ -45,23 +43,14 @@ else
   ended = {permit.token, permit.exp, permit.holder}
 end
 
--- Whether anyone watches the name or waits for it: one call for the common case, neither.
-local bystanders = redis.call('EXISTS', watchers, queue) > 0
-if bystanders and watched(watchers) then
-  redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
-end
+redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
 
 local woken = ''
-if free > 0 and bystanders and redis.call('EXISTS', queue) == 1 then
-  if purge_dead_replicas(queue, replicas, now_ms) then
-    queue_moved(queue, replicas, channel, free)
-    woken = first_in_line(queue) or ''
-  else
-    -- The callers ahead of this place had free permits already (and were woken for them).
-    woken = redis.call('ZRANGE', queue, free - 1, free - 1)[1] or ''
-    if woken ~= '' then
-      redis.call('SPUBLISH', channel, 'w' .. woken)
-    end
+if free > 0 then
+  -- The callers ahead of this place had free permits already (and were woken for them).
+  woken = redis.call('ZRANGE', queue, free - 1, free - 1)[1] or ''
+  if woken ~= '' then
+    redis.call('SPUBLISH', channel, 'w' .. woken)
   end
 end
 return {1, woken}

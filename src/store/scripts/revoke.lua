@@ -8,17 +8,15 @@
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
--- KEYS[4]  <prefix>{name}:replicas  hash: replica -> deadline
--- KEYS[5]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes
--- KEYS[6]  <prefix>{name}:permits   sorted set: a counting lease's permits
--- KEYS[7]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
--- KEYS[8]  <prefix>{name}:watchers  hash: replica -> deadline; 'v...' is published only if it exists
--- KEYS[9]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>'; expires with its
+-- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes ('v...')
+-- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
+-- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
+-- KEYS[7]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>'; expires with its
 --                                   last entry
 -- ARGV[1]  fencing token ('0': every grant that holds the name)   ARGV[2] reason
 -- Reply    {token, holder, token, holder, ...}: the grants revoked; {} when none matched
-local lease, owner_key, queue, replicas, channel, permits, holders, watchers, revoked =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local lease, owner_key, queue, channel, permits, holders, revoked =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local only, reason = tonumber(ARGV[1]), ARGV[2]
 local now_ms = redis_now()
 
@@ -79,23 +77,17 @@ for i = 1, #records, 2 do
 end
 redis.call('PEXPIRE', revoked, math.max(redis.call('PTTL', revoked), keep_ms, 1))
 
-if watched(watchers) then
-  for _, grant in ipairs(ended) do
-    redis.call('SPUBLISH', channel, revoked_message(grant.token, grant.exp, reason, grant.holder))
-  end
+for _, grant in ipairs(ended) do
+  redis.call('SPUBLISH', channel, revoked_message(grant.token, grant.exp, reason, grant.holder))
 end
 
 -- As a release: the free permits go to the first `free` callers in line; those freed here go to
 -- the last of them (the ones ahead were woken when theirs freed).
 if free > 0 and redis.call('EXISTS', queue) == 1 then
-  if purge_dead_replicas(queue, replicas, now_ms) then
-    queue_moved(queue, replicas, channel, free)
-  else
-    local first = math.max(free - #ended, 0)
-    local last = math.min(free, first + MAX_WAKE_UPS) - 1
-    for _, entry in ipairs(redis.call('ZRANGE', queue, first, last)) do
-      redis.call('SPUBLISH', channel, 'w' .. entry)
-    end
+  local first = math.max(free - #ended, 0)
+  local last = math.min(free, first + MAX_WAKE_UPS) - 1
+  for _, entry in ipairs(redis.call('ZRANGE', queue, first, last)) do
+    redis.call('SPUBLISH', channel, 'w' .. entry)
   end
 end
 
