@@ -1,6 +1,6 @@
 //! The queue on Redis only: a killed replica's waiter is skipped within 3 s, a release nobody
-//! waits for publishes nothing, the queue is bounded across replicas, an empty queue leaves no key,
-//! and stalls past the timeout leave no callerless entry.
+//! waits for publishes no wake-up, the queue is bounded across replicas, an empty queue leaves no
+//! key, and stalls past the timeout leave no callerless entry.
 
 use std::{
     sync::{Arc, Mutex},
@@ -23,11 +23,11 @@ fn keys(port: u16, pattern: &str) -> Vec<String> {
     }
 }
 
-/// Waits (up to 5 s) until no `*:queue` or `*:replicas` key is left on the Redis server on `port`.
+/// Waits (up to 5 s) until no `*:queue` key is left on the Redis server on `port`.
 async fn wait_for_no_queue_keys(port: u16) {
     let start = Instant::now();
     loop {
-        let left: Vec<String> = [keys(port, "*:queue"), keys(port, "*:replicas")].concat();
+        let left: Vec<String> = keys(port, "*:queue");
         if left.is_empty() {
             println!(
                 "queue keys gone {:?} after the last waiter",
@@ -45,7 +45,8 @@ async fn wait_for_no_queue_keys(port: u16) {
 
 /// Replica A is a child process, B runs in this process. W1 waits through A, W2 through B
 /// (position 2). A is killed with SIGKILL and the holder releases: W2 is granted within 3 s of the
-/// kill (A's queue entry is purged once its heartbeat deadline passes), and the queue's keys go.
+/// kill (B sees A's woken entry stall, and purges it once A's heartbeat key lapses), and the
+/// queue's key goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_replica_waiter_is_skipped_within_3s() {
     const NAME: &str = "fifo/killed-replica";
@@ -83,11 +84,13 @@ async fn killed_replica_waiter_is_skipped_within_3s() {
     wait_for_no_queue_keys(redis.port).await;
 }
 
-/// After `CONFIG RESETSTAT`, 50 grant+release cycles that nobody waits for leave no PUBLISH and
-/// no SPUBLISH in `INFO commandstats`. Then one release with a waiter on the other replica: it is
-/// woken through SPUBLISH, and classic PUBLISH is still never called.
+/// After `CONFIG RESETSTAT`, 50 grant+release cycles that nobody waits for publish exactly their
+/// 100 changes of holder (one SPUBLISH each, on the name's shard channel: no wake-up, no move)
+/// and no classic PUBLISH, in `INFO commandstats`. Then a hand-over to a waiter on the other
+/// replica publishes exactly one SPUBLISH more than its changes: the wake-up; classic PUBLISH is
+/// still never called.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_nobody_waits_for_publishes_nothing() {
+async fn a_release_nobody_waits_for_publishes_no_wake_up() {
     const NAME: &str = "fifo/quiet";
     let redis = RedisServer::start();
     let replica_a = Leased::start(Some(redis.url())).await;
@@ -110,11 +113,11 @@ async fn a_release_nobody_waits_for_publishes_nothing() {
     );
     let publish = command_calls(redis.port, "publish");
     let spublish = command_calls(redis.port, "spublish");
-    println!("50 releases without waiters: publish {publish}, spublish {spublish}");
+    println!("50 cycles without waiters: publish {publish}, spublish {spublish}");
     assert_eq!(
         (publish, spublish),
-        (0, 0),
-        "releases nobody waited for published (publish, spublish)"
+        (0, 100),
+        "50 grants and 50 releases nobody waited for: (publish, spublish)"
     );
 
     let held = must_acquire(&mut client_a, NAME, 30_000).await;
@@ -123,9 +126,10 @@ async fn a_release_nobody_waits_for_publishes_nothing() {
     let granted = expect_granted(read_to_terminal(&mut waiter, SOON).await.1, "waiter");
     assert!(release(&mut client_b, &granted).await);
     let publish = command_calls(redis.port, "publish");
-    let spublish = command_calls(redis.port, "spublish");
-    println!("after a release with a waiter: publish {publish}, spublish {spublish}");
-    assert!(spublish > 0, "the waiter was not woken through SPUBLISH");
+    let spublish = command_calls(redis.port, "spublish") - 100;
+    println!("a hand-over to a waiter: publish {publish}, spublish {spublish}");
+    // Two grants and two releases, and the one wake-up.
+    assert_eq!(spublish, 5, "the waiter was not woken through SPUBLISH");
     assert_eq!(publish, 0, "classic PUBLISH was used");
 }
 
@@ -199,7 +203,6 @@ async fn the_queue_is_bounded_across_replicas() {
 async fn an_empty_queue_leaves_no_key() {
     const NAME: &str = "fifo/keys";
     let queue_key = format!("leased:{{{NAME}}}:queue");
-    let replicas_key = format!("leased:{{{NAME}}}:replicas");
     let redis = RedisServer::start();
     let replica_a = Leased::start(Some(redis.url())).await;
     let replica_b = Leased::start(Some(redis.url())).await;
@@ -212,24 +215,27 @@ async fn an_empty_queue_leaves_no_key() {
     let (mut timed_out, _) = start_waiting(&mut client_a, NAME, "timed-out", 800).await;
 
     assert_eq!(keys(redis.port, "*:queue"), [queue_key.as_str()]);
-    assert_eq!(keys(redis.port, "*:replicas"), [replicas_key.as_str()]);
     assert_eq!(redis.command(&["ZCARD", &queue_key]), ":3");
+    // The queue expires when the longest wait of its callers (30 s) is over, not before.
+    let pttl: i64 = redis.command(&["PTTL", &queue_key])[1..].parse().unwrap();
+    assert!((29_000..=31_000).contains(&pttl), "queue PTTL {pttl} ms");
     let members = redis.command(&["ZRANGE", &queue_key, "0", "-1"]);
-    let replica_ids = redis.command(&["HKEYS", &replicas_key]);
-    let replica_ids: Vec<&str> = replica_ids.lines().collect();
-    assert_eq!(
-        replica_ids.len(),
-        2,
-        "two replicas have waiters: {replica_ids:?}"
-    );
-    for member in members.lines() {
-        let (replica, _) = member
-            .rsplit_once(':')
-            .unwrap_or_else(|| panic!("queue member {member:?} is not <replica-id>:<n>"));
-        assert!(
-            replica_ids.contains(&replica),
-            "queue member {member:?} of a replica missing from {replicas_key}: {replica_ids:?}"
-        );
+    let mut replica_ids: Vec<&str> = members
+        .lines()
+        .map(|member| {
+            member
+                .rsplit_once(':')
+                .unwrap_or_else(|| panic!("queue member {member:?} is not <replica-id>:<n>"))
+                .0
+        })
+        .collect();
+    replica_ids.sort();
+    replica_ids.dedup();
+    assert_eq!(replica_ids.len(), 2, "two replicas have waiters: {members}");
+    // Each replica's liveness is one key of its own, whatever the names it waits on.
+    for replica in &replica_ids {
+        let heartbeat = format!("leased:replica:{replica}");
+        assert_eq!(redis.command(&["EXISTS", &heartbeat]), ":1", "{heartbeat}");
     }
 
     expect_not_granted(read_to_terminal(&mut timed_out, SOON).await.1, "timed-out");
