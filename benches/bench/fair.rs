@@ -2,7 +2,7 @@
 //! Redis (alternating between them) take turns on one name: each waits in `Acquire` until granted,
 //! holds the lease 1 ms and releases it, again and again. With FIFO waiting every caller gets
 //! about the same share of the grants, whichever replica it uses. `fair_queue_memory@W`: what W
-//! callers queued on one name cost in Redis (the name's `:queue` sorted set and `:replicas` hash).
+//! callers queued on one name cost in Redis (the name's `:queue` sorted set).
 
 use std::time::{Duration, Instant};
 
@@ -262,18 +262,15 @@ async fn queue_memory_of(
         ..Samples::default()
     };
 
-    let (queue, hash) = queue_keys(&name);
+    let queue = queue_key(&name);
     let queue_bytes = memory_usage(redis, &queue)?;
-    let hash_bytes = memory_usage(redis, &hash)?;
     let in_queue = redis.query(&["ZCARD", &queue])?.as_int().unwrap_or(0);
-    let replica_entries = redis.query(&["HLEN", &hash])?.as_int().unwrap_or(0);
     let encoding = match redis.query(&["OBJECT", "ENCODING", &queue]) {
         Ok(reply) => reply.as_str().unwrap_or("none").to_owned(),
         Err(_) => "none".to_owned(),
     };
     // Only a queue that holds every waiter measures what a waiter costs.
-    let per_waiter =
-        (in_queue == waiters as i64).then(|| (queue_bytes + hash_bytes) as f64 / waiters as f64);
+    let per_waiter = (in_queue == waiters as i64).then(|| queue_bytes as f64 / waiters as f64);
     let per_waiter_text = match per_waiter {
         Some(bytes) => format!("Redis {bytes:.0} B per queued waiter"),
         None => format!("NOT MEASURED: the queue holds {in_queue} of {waiters} waiters"),
@@ -313,8 +310,7 @@ async fn queue_memory_of(
         format!(
             "{waiters} callers queued on one name over {} replicas, ops = callers lined up, \
              latency = Acquire call → first `waiting`; {per_waiter_text} (MEMORY USAGE: queue \
-             {queue_bytes} B {encoding}, {in_queue} entries; replicas {hash_bytes} B, \
-             {replica_entries} entries); {positions_text}; {cleanup}",
+             {queue_bytes} B {encoding}, {in_queue} entries); {positions_text}; {cleanup}",
             replicas.len()
         ),
     )
@@ -323,16 +319,13 @@ async fn queue_memory_of(
     .with("queue_memory_usage", queue_bytes)
     .with("queue_encoding", encoding)
     .with("queue_entries", in_queue)
-    .with("replicas_memory_usage", hash_bytes)
-    .with("replicas_entries", replica_entries)
     .with("positions_exact", exact)
     .with("queue_cleanup", cleanup))
 }
 
-/// The `:queue` and `:replicas` keys of `name`.
-fn queue_keys(name: &str) -> (String, String) {
-    let lease = format!("{KEY_PREFIX}{{{name}}}");
-    (format!("{lease}:queue"), format!("{lease}:replicas"))
+/// The `:queue` key of `name`.
+fn queue_key(name: &str) -> String {
+    format!("{KEY_PREFIX}{{{name}}}:queue")
 }
 
 /// `MEMORY USAGE key SAMPLES 0` (every element counted), 0 for a missing key.
@@ -347,10 +340,10 @@ fn memory_usage(redis: &RedisServer, key: &str) -> BenchResult<i64> {
 /// Waits (up to [`CLEANUP_TIMEOUT`]) until the queue keys of `name` are gone: how long that
 /// took, or None if they stayed.
 async fn queue_keys_gone(redis: &RedisServer, name: &str) -> BenchResult<Option<Duration>> {
-    let (queue, hash) = queue_keys(name);
+    let queue = queue_key(name);
     let started = Instant::now();
     loop {
-        if redis.query(&["EXISTS", &queue, &hash])?.as_int() == Some(0) {
+        if redis.query(&["EXISTS", &queue])?.as_int() == Some(0) {
             return Ok(Some(started.elapsed()));
         }
         if started.elapsed() >= CLEANUP_TIMEOUT {

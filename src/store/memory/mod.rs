@@ -325,7 +325,12 @@ impl LeaseStore for MemoryStore {
 
     /// One process, one replica: every entry is this replica's, and the core takes out those
     /// without a caller. Nothing here can stall on another replica.
-    async fn unstall(&self, _name: &LeaseName, _stalled: &[String], _overdue: bool) -> Result<usize> {
+    async fn unstall(
+        &self,
+        _name: &LeaseName,
+        _stalled: &[String],
+        _overdue: bool,
+    ) -> Result<usize> {
         Ok(0)
     }
 

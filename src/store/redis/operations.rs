@@ -216,9 +216,17 @@ impl LeaseStore for RedisStore {
         let suspects: Vec<String> = match stalled.is_empty() {
             true => {
                 let reply = self
-                    .run("replicas", name, &self.scripts.replicas, vec![keys.queue], vec![])
+                    .run(
+                        "replicas",
+                        name,
+                        &self.scripts.replicas,
+                        vec![keys.queue],
+                        vec![],
+                    )
                     .await?;
-                (0..reply.len()?).map(|index| reply.string(index)).collect::<Result<_>>()?
+                (0..reply.len()?)
+                    .map(|index| reply.string(index))
+                    .collect::<Result<_>>()?
             }
             false => {
                 let mut replicas: Vec<String> = stalled
@@ -239,7 +247,12 @@ impl LeaseStore for RedisStore {
             }
         }
         if overdue {
-            purge.extend(stalled.iter().filter(|entry| !entry.starts_with(&me)).cloned());
+            purge.extend(
+                stalled
+                    .iter()
+                    .filter(|entry| !entry.starts_with(&me))
+                    .cloned(),
+            );
         }
         if purge.is_empty() && stalled.is_empty() {
             return Ok(0);
@@ -323,7 +336,6 @@ impl LeaseStore for RedisStore {
             .transpose()?;
         self.list_page(prefix, page_size.max(1), resume).await
     }
-
 }
 
 impl RedisStore {
