@@ -3,6 +3,8 @@
 //! holder's expiry passes while this caller is first (a local timer), the caller gives up, or the
 //! wait runs out. No polling loop: every attempt has a cause. ARCHITECTURE.md, "Fair waiting".
 
+#[cfg(test)]
+mod stall_tests;
 mod tending;
 #[cfg(test)]
 mod tests;

@@ -21,16 +21,16 @@ use crate::{
 
 /// A live replica takes a wake-up within milliseconds; another replica's entry that a free
 /// permit has gone to for this long without taking it is stalled, and its replica is checked.
-const STALL_GRACE: Duration = Duration::from_millis(250);
+pub(super) const STALL_GRACE: Duration = Duration::from_millis(250);
 
 /// While entries stay stalled, they are checked again this often: a dead replica's are taken out
 /// once its heartbeat lapses.
-const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+pub(super) const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Entries of a live replica stalled this long are taken out anyway: that replica lost the entry's
 /// caller or every report of it. A caller that still waits there reads that it left the queue,
 /// and joins again.
-const STALL_LIMIT: Duration = Duration::from_secs(5);
+pub(super) const STALL_LIMIT: Duration = Duration::from_secs(5);
 
 /// A failed store call of the tending task is tried again this much later.
 const RETRY_DELAY: Duration = Duration::from_millis(500);
