@@ -1,6 +1,7 @@
 //! `leased` on a `redis-cluster://` URL: a real three-master Redis Cluster on loopback. Every
 //! lease's keys share a hash tag, so each script touches one slot wherever the name hashes; the
-//! release wake-up crosses nodes, on the name's shard channel (SPUBLISH), never classic PUBLISH.
+//! release wake-up crosses nodes, on the name's shard channel (SPUBLISH), never classic PUBLISH;
+//! and Watch and waiting follow a name whose slot moves to another master.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::{
 
 use common::{
     harness::{
-        cluster::RedisCluster,
+        cluster::{RedisCluster, key_slot, keys_in_slot, slot_owner},
         redis::{Resp, query},
     },
     *,
@@ -21,7 +22,10 @@ use leased::{
     lease::{
         AcquireOutcome, LeaseId, LeaseStore, StoreEvents, ValidatedAcquire, limits::parse_name,
     },
-    proto::{AcquireRequest, acquire_response, watch_event::Cause},
+    proto::{
+        AcquireRequest, Granted, WatchEvent, acquire_response,
+        lease_service_client::LeaseServiceClient, watch_event::Cause,
+    },
     store::{RedisOptions, RedisStore},
 };
 
@@ -384,21 +388,189 @@ async fn watch_follows_names_on_every_master() {
     let mut client = replica_b.client().await;
     for (port, name) in &names {
         let mut events = open_watch(&mut watcher, name).await;
-        let snapshot = next_event_within(&mut events, Duration::from_secs(5)).await;
-        assert_eq!((snapshot.cause(), snapshot.held), (Cause::Snapshot, false));
-        let granted = must_acquire(&mut client, name, 30_000).await;
-        let event = next_event_within(&mut events, Duration::from_secs(5)).await;
-        assert_eq!(
-            (event.cause(), event.fencing_token, event.held),
-            (Cause::Granted, granted.fencing_token, true),
-            "{name} (master {port})"
+        let context = format!("{name} (master {port})");
+        snapshot_grant_and_release(&mut events, &mut client, name, &context).await;
+    }
+}
+
+/// The first events of a fresh Watch of the free lease `name`: its snapshot (not held); then a
+/// grant through `client` as GRANTED with its token, and its release as RELEASED, each within
+/// 5 s. Answers the grant.
+async fn snapshot_grant_and_release(
+    events: &mut tonic::Streaming<WatchEvent>,
+    client: &mut LeaseServiceClient<tonic::transport::Channel>,
+    name: &str,
+    context: &str,
+) -> Granted {
+    let snapshot = next_event_within(events, Duration::from_secs(5)).await;
+    assert_eq!(
+        (snapshot.cause(), snapshot.held),
+        (Cause::Snapshot, false),
+        "{context}"
+    );
+    let granted = must_acquire(client, name, 30_000).await;
+    let event = next_event_within(events, Duration::from_secs(5)).await;
+    assert_eq!(
+        (event.cause(), event.fencing_token, event.held),
+        (Cause::Granted, granted.fencing_token, true),
+        "{context}"
+    );
+    assert!(release(client, &granted).await);
+    let event = next_event_within(events, Duration::from_secs(5)).await;
+    assert_eq!(
+        (event.cause(), event.fencing_token, event.held),
+        (Cause::Released, granted.fencing_token, false),
+        "{context}"
+    );
+    granted
+}
+
+/// Reads Watch events until one is `wanted`, within `timeout`: the events before it, each of which
+/// `may_come_first` must accept, and the wanted one. Panics on any other event, on the end of the
+/// stream, or on timeout.
+async fn watch_for(
+    events: &mut tonic::Streaming<WatchEvent>,
+    timeout: Duration,
+    what: &str,
+    wanted: impl Fn(&WatchEvent) -> bool,
+    may_come_first: impl Fn(&WatchEvent) -> bool,
+) -> (Vec<WatchEvent>, WatchEvent) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut before = Vec::new();
+    loop {
+        let event = match tokio::time::timeout_at(deadline, events.next()).await {
+            Err(_) => panic!("no {what} within {timeout:?}; saw {before:?}"),
+            Ok(None) => panic!("the Watch stream ended before {what}; saw {before:?}"),
+            Ok(Some(Err(status))) => panic!("the Watch stream failed before {what}: {status:?}"),
+            Ok(Some(Ok(event))) => event,
+        };
+        if wanted(&event) {
+            return (before, event);
+        }
+        assert!(
+            may_come_first(&event),
+            "expected {what}, got {event:?} after {before:?}"
         );
-        assert!(release(&mut client, &granted).await);
-        let event = next_event_within(&mut events, Duration::from_secs(5)).await;
+        before.push(event);
+    }
+}
+
+/// Watch and waiting across a slot move, on a three-master cluster with two replicas. A Watch
+/// through replica A on a name: its snapshot, then a grant and a release through B, as events.
+/// Then the name's slot moves to another master, with its keys, while the lease is free
+/// (checked: every node's `CLUSTER SLOTS` names the new master, which holds the name's keys, and
+/// the old one holds none). A grant through B after the move reaches the watcher within 15 s, as
+/// GRANTED or as a SNAPSHOT that shows that holder and token (a snapshot of the free lease may
+/// come first), with a token above those before the move; the release through B after it comes
+/// as RELEASED within 5 s (only a repeated snapshot of the holder may come first). A waiter
+/// through A on the moved name is granted within 5 s of a release through B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_a_name_across_a_slot_move() {
+    let cluster = RedisCluster::start();
+    let ports = cluster.ports();
+    let (source, name) = one_name_per_master(&ports).swap_remove(0);
+    let target = *ports.iter().find(|port| **port != source).unwrap();
+    let slot = key_slot(source, &format!("leased:{{{name}}}"));
+    let replica_a = Leased::start(Some(cluster.url())).await;
+    let replica_b = Leased::start(Some(cluster.url())).await;
+    let mut watcher = replica_a.client().await;
+    let mut client_a = replica_a.client().await;
+    let mut client = replica_b.client().await;
+
+    let mut events = open_watch(&mut watcher, &name).await;
+    let context = format!("{name} before the move");
+    let before_move = snapshot_grant_and_release(&mut events, &mut client, &name, &context).await;
+
+    let started = Instant::now();
+    let moved = cluster.move_slot(slot, target);
+    println!(
+        "slot {slot} of {name} moved from master {source} to {target} in {:?}: {moved:?}",
+        started.elapsed()
+    );
+    for port in &ports {
         assert_eq!(
-            (event.cause(), event.fencing_token, event.held),
-            (Cause::Released, granted.fencing_token, false),
-            "{name} (master {port})"
+            slot_owner(*port, slot),
+            Some(target),
+            "node {port} after the move"
         );
     }
+    let owner_key = format!("leased:{{{name}}}:owner");
+    assert!(
+        moved.contains(&owner_key),
+        "the name's token counter did not move: {moved:?}"
+    );
+    let on_target = keys_in_slot(target, slot, 1_000);
+    assert!(
+        moved.iter().all(|key| on_target.contains(key)),
+        "keys moved {moved:?}, on the target {on_target:?}"
+    );
+    assert_eq!(keys_in_slot(source, slot, 1_000), Vec::<String>::new());
+    assert_eq!(
+        query(target, &["EXISTS", &owner_key]).unwrap(),
+        Resp::Int(1)
+    );
+
+    let granted = must_acquire(&mut client, &name, 30_000).await;
+    let granted_at = Instant::now();
+    assert!(granted.fencing_token > before_move.fencing_token);
+    let (before, seen) = watch_for(
+        &mut events,
+        Duration::from_secs(15),
+        "GRANTED (or a SNAPSHOT showing the grant) after the move",
+        |event| {
+            let shows_grant = event.held
+                && event.fencing_token == granted.fencing_token
+                && event.holder == "test";
+            shows_grant && matches!(event.cause(), Cause::Granted | Cause::Snapshot)
+        },
+        |event| event.cause() == Cause::Snapshot && !event.held,
+    )
+    .await;
+    let seen_after = granted_at.elapsed();
+    println!(
+        "the grant after the move seen as {:?} {seen_after:?} after it (snapshots before it: {})",
+        seen.cause(),
+        before.len()
+    );
+
+    assert!(release(&mut client, &granted).await);
+    let released_at = Instant::now();
+    let (before, _) = watch_for(
+        &mut events,
+        Duration::from_secs(5),
+        "RELEASED after the move",
+        |event| {
+            event.cause() == Cause::Released
+                && event.fencing_token == granted.fencing_token
+                && !event.held
+        },
+        |event| {
+            event.cause() == Cause::Snapshot
+                && event.held
+                && event.fencing_token == granted.fencing_token
+        },
+    )
+    .await;
+    println!(
+        "the release after the move seen {:?} after it (snapshots before it: {})",
+        released_at.elapsed(),
+        before.len()
+    );
+
+    let held = must_acquire(&mut client, &name, 30_000).await;
+    let (mut waiter, first) = start_waiting(&mut client_a, &name, "on-a", 20_000).await;
+    assert_eq!(first.position, 1, "{first:?}");
+    assert!(release(&mut client, &held).await);
+    let released_at = Instant::now();
+    let (waitings, terminal) = read_to_terminal(&mut waiter, Duration::from_secs(5)).await;
+    let handoff = released_at.elapsed();
+    let acquire_response::Result::Granted(woken) = terminal else {
+        panic!("the waiter on the moved name: expected granted, got {terminal:?}");
+    };
+    println!(
+        "the waiter on A granted {handoff:?} after the release through B (waiting messages \
+         meanwhile: {waitings:?})"
+    );
+    assert!(woken.fencing_token > held.fencing_token);
+    assert!(release(&mut client_a, &woken).await);
 }

@@ -8,7 +8,10 @@
 //! - no barging: while anyone waits, a try-once Acquire answers not_granted, even in the moment
 //!   the lease is handed from a releasing holder to the first waiter, and a newcomer queues last;
 //! - leaving: a cancelled waiter or one whose `wait_ms` runs out leaves the queue, and a replica
-//!   killed with SIGKILL stops holding up the queue within 3 s;
+//!   killed with SIGKILL stops holding up the queue within 3 s, whether the holder releases or
+//!   expires;
+//! - a lost wake-up: a release published while the waiter's replica had lost its subscription
+//!   (its connection killed on the Redis side) still reaches the waiter within 3 s;
 //! - expiry: when the holder neither renews nor releases, the first waiter is granted right after
 //!   the expiry;
 //! - Redis traffic: a release nobody waits for publishes nothing; a release with a waiter uses
@@ -22,8 +25,8 @@
 //! are wide: the test machine has two noisy cores.
 //!
 //! Two modules: `order` (the scenarios on both stores: arrival order, no barging, leaving, expiry)
-//! and `redis_queue` (on Redis only: a killed replica, the Redis traffic, the bound across
-//! replicas, the queue's keys); the helpers they share are below.
+//! and `redis_queue` (on Redis only: a killed replica, a lost wake-up, the Redis traffic, the bound
+//! across replicas, the queue's keys); the helpers they share are below.
 
 #[path = "../common/mod.rs"]
 mod common;

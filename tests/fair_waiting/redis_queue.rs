@@ -1,6 +1,7 @@
-//! The queue on Redis only: a killed replica's waiter is skipped within 3 s, a release nobody
-//! waits for publishes no wake-up, the queue is bounded across replicas, an empty queue leaves no
-//! key, and stalls past the timeout leave no callerless entry.
+//! The queue on Redis only: a killed replica's waiter is skipped within 3 s (at a release or at
+//! the holder's expiry), a wake-up lost with the subscriber's connection is recovered within 3 s,
+//! a release nobody waits for publishes no wake-up, the queue is bounded across replicas, an empty
+//! queue leaves no key, and stalls past the timeout leave no callerless entry.
 
 use std::{
     sync::{Arc, Mutex},
@@ -9,7 +10,10 @@ use std::{
 
 use crate::common::{self, *};
 use crate::{Client, SOON, expect_granted, expect_not_granted, holder_of};
-use leased::{config::ServeConfig, proto::acquire_response};
+use leased::{
+    config::ServeConfig,
+    proto::{AcquireResponse, Granted, acquire_response},
+};
 use tonic::Code;
 
 /// The keys of the Redis server on `port` that match `pattern`.
@@ -43,6 +47,63 @@ async fn wait_for_no_queue_keys(port: u16) {
     }
 }
 
+/// The scenario of the killed-replica tests: replica A is a child process (to be killed), B runs
+/// in this process, both on one redis-server. A holder holds the name (acquired through B), W1
+/// waits through A (position 1), W2 through B (position 2); W1 and W2 ask for a 30 s TTL.
+struct BehindAReplicaToKill {
+    redis: RedisServer,
+    replica_a: LeasedProcess,
+    _replica_b: Leased,
+    client_b: Client,
+    holder_client: Client,
+    held: Granted,
+    /// W1's stream, kept open until replica A is killed.
+    w1: Option<tonic::Streaming<AcquireResponse>>,
+    w2: tonic::Streaming<AcquireResponse>,
+}
+
+impl BehindAReplicaToKill {
+    /// Starts the servers; the holder takes `name` with `holder_ttl_ms` and never renews it.
+    async fn start(name: &str, holder_ttl_ms: i64) -> Self {
+        let redis = RedisServer::start();
+        let replica_a = LeasedProcess::serve().redis(&redis.url()).start().await;
+        let replica_b = Leased::start(Some(redis.url())).await;
+        let mut client_a = replica_a.client().await;
+        let mut client_b = replica_b.client().await;
+        let mut holder_client = replica_b.client().await;
+
+        let held = must_acquire(&mut holder_client, name, holder_ttl_ms).await;
+        let (w1, first) = start_waiting(&mut client_a, name, "w1-on-a", 30_000).await;
+        assert_eq!(first.position, 1, "{first:?}");
+        let (w2, first) = start_waiting(&mut client_b, name, "w2-on-b", 30_000).await;
+        assert_eq!(first.position, 2, "{first:?}");
+        BehindAReplicaToKill {
+            redis,
+            replica_a,
+            _replica_b: replica_b,
+            client_b,
+            holder_client,
+            held,
+            w1: Some(w1),
+            w2,
+        }
+    }
+
+    /// SIGKILL of replica A, then W1's stream is dropped.
+    fn kill_replica_a(&mut self) {
+        self.replica_a.kill();
+        self.w1 = None;
+    }
+
+    /// W2's `granted` must be the holder's successor: a larger fencing token, W2 the holder per
+    /// Describe. Then W2 releases and the queue's keys go.
+    async fn w2_succeeds(&mut self, name: &str, granted: &Granted) {
+        assert!(granted.fencing_token > self.held.fencing_token);
+        assert_eq!(holder_of(&mut self.holder_client, name).await, "w2-on-b");
+        assert!(release(&mut self.client_b, granted).await);
+        wait_for_no_queue_keys(self.redis.port).await;
+    }
+}
 /// Replica A is a child process, B runs in this process. W1 waits through A, W2 through B
 /// (position 2). A is killed with SIGKILL and the holder releases: W2 is granted within 3 s of the
 /// kill (B sees A's woken entry stall, and purges it once A's heartbeat key lapses), and the
@@ -50,25 +111,13 @@ async fn wait_for_no_queue_keys(port: u16) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_replica_waiter_is_skipped_within_3s() {
     const NAME: &str = "fifo/killed-replica";
-    let redis = RedisServer::start();
-    let mut replica_a = LeasedProcess::serve().redis(&redis.url()).start().await;
-    let replica_b = Leased::start(Some(redis.url())).await;
-    let mut client_a = replica_a.client().await;
-    let mut client_b = replica_b.client().await;
-    let mut holder_client = replica_b.client().await;
+    let mut scenario = BehindAReplicaToKill::start(NAME, 30_000).await;
 
-    let held = must_acquire(&mut holder_client, NAME, 30_000).await;
-    let (w1, first) = start_waiting(&mut client_a, NAME, "w1-on-a", 30_000).await;
-    assert_eq!(first.position, 1, "{first:?}");
-    let (mut w2, first) = start_waiting(&mut client_b, NAME, "w2-on-b", 30_000).await;
-    assert_eq!(first.position, 2, "{first:?}");
-
-    replica_a.kill();
+    scenario.kill_replica_a();
     let killed_at = Instant::now();
-    drop(w1);
-    assert!(release(&mut holder_client, &held).await);
+    assert!(release(&mut scenario.holder_client, &scenario.held).await);
 
-    let (waitings, terminal) = read_to_terminal(&mut w2, Duration::from_secs(10)).await;
+    let (waitings, terminal) = read_to_terminal(&mut scenario.w2, Duration::from_secs(10)).await;
     let waited = killed_at.elapsed();
     let granted = expect_granted(terminal, "w2");
     println!(
@@ -78,10 +127,167 @@ async fn killed_replica_waiter_is_skipped_within_3s() {
         waited < Duration::from_secs(3),
         "the dead replica's waiter held up the queue for {waited:?}"
     );
-    assert!(granted.fencing_token > held.fencing_token);
-    assert_eq!(holder_of(&mut holder_client, NAME).await, "w2-on-b");
-    assert!(release(&mut client_b, &granted).await);
-    wait_for_no_queue_keys(redis.port).await;
+    scenario.w2_succeeds(NAME, &granted).await;
+}
+
+/// As [`killed_replica_waiter_is_skipped_within_3s`], but nobody releases: the holder (acquired
+/// through B with a 1,500 ms TTL, never renewed) expires while the first in line, W1, is on the
+/// killed replica A. W2, second in line through B, is granted within 3 s of the holder's expiry
+/// (its `expires_at`, on the store's clock, which is this host's), not before it (on the store's
+/// clock: the grant's `expires_at` - its TTL), with a larger fencing token, and is the holder
+/// afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_replica_waiter_is_skipped_at_the_holders_expiry_within_3s() {
+    const NAME: &str = "fifo/killed-replica-expiry";
+    let mut scenario = BehindAReplicaToKill::start(NAME, 1_500).await;
+    let held_until = scenario.held.expires_at.as_ref();
+    let expires_ms = timestamp_ms(held_until.expect("granted without expires_at"));
+
+    scenario.kill_replica_a();
+    let killed_ms = now_unix_ms();
+    assert!(
+        killed_ms < expires_ms,
+        "replica A was killed {} ms after the holder's expiry: the scenario needs it killed before",
+        killed_ms - expires_ms
+    );
+
+    let (waitings, terminal) = read_to_terminal(&mut scenario.w2, Duration::from_secs(10)).await;
+    let received_ms = now_unix_ms();
+    let granted = expect_granted(terminal, "w2");
+    let granted_until = granted.expires_at.as_ref();
+    let granted_at_ms =
+        timestamp_ms(granted_until.expect("granted without expires_at")) - granted.ttl_ms;
+    let after_expiry = Duration::from_millis((received_ms - expires_ms).max(0) as u64);
+    println!(
+        "replica A killed {} ms before the holder's expiry; w2 granted {} ms after the expiry on \
+         the store's clock, received {after_expiry:?} after it (waiting messages meanwhile: \
+         {waitings:?})",
+        expires_ms - killed_ms,
+        granted_at_ms - expires_ms,
+    );
+    assert!(
+        granted_at_ms >= expires_ms,
+        "w2 was granted {} ms before the holder's expiry",
+        expires_ms - granted_at_ms
+    );
+    assert!(
+        after_expiry < Duration::from_secs(3),
+        "the dead replica's waiter held up the queue for {after_expiry:?} past the holder's expiry"
+    );
+    scenario.w2_succeeds(NAME, &granted).await;
+}
+
+/// The ids of the client connections of the Redis server on `port` that hold shard
+/// subscriptions (`ssub=` above 0 in `CLIENT LIST`).
+fn shard_subscribers(port: u16) -> Vec<String> {
+    let list = common::harness::redis::query(port, &["CLIENT", "LIST"])
+        .unwrap_or_else(|error| panic!("CLIENT LIST failed: {error}"));
+    let list = list.as_str().expect("CLIENT LIST answers a string");
+    list.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split_whitespace()
+                    .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            };
+            let ssub: u64 = field("ssub")
+                .unwrap_or_else(|| panic!("no ssub= in CLIENT LIST: {line}"))
+                .parse()
+                .expect("ssub= is a count");
+            (ssub > 0).then(|| field("id").expect("no id= in CLIENT LIST").to_owned())
+        })
+        .collect()
+}
+
+/// How many connections of the Redis server on `port` subscribe to the shard channel `channel`
+/// (`PUBSUB SHARDNUMSUB`).
+fn channel_subscribers(port: u16, channel: &str) -> i64 {
+    match common::harness::redis::query(port, &["PUBSUB", "SHARDNUMSUB", channel]) {
+        Ok(common::harness::redis::Resp::Array(Some(reply))) if reply.len() == 2 => reply[1]
+            .as_int()
+            .expect("PUBSUB SHARDNUMSUB answers a count"),
+        other => panic!("PUBSUB SHARDNUMSUB {channel}: {other:?}"),
+    }
+}
+
+/// A wake-up lost on purpose: a holder on replica B (TTL 60 s), a waiter W on replica A (first in
+/// line). Once A has subscribed to the name's channel (`leased:{name}:wake`), its shard
+/// subscriber connections are killed on the Redis side (`CLIENT KILL` of every connection with
+/// `ssub=` > 0: B waits on and watches nothing, so the name's subscriber is A's), again if one
+/// is back, until `PUBSUB SHARDNUMSUB` of the channel answers 0; then the holder releases
+/// through B. W is granted within 3 s of the release (the replica notices the lost wake-up
+/// itself, well before the holder's TTL would have run out), with a larger token. A round counts
+/// only if the channel still had no subscriber once the release answered (with the kills over,
+/// the count can only grow back, so it was 0 when the release ran too): its wake-up was
+/// published to nobody; rounds in which the subscriber came back first are repeated, up to 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_wake_up_is_recovered() {
+    const NAME: &str = "fifo/lost-wake-up";
+    const ROUNDS: usize = 5;
+    const KILLS: usize = 10;
+    const PROMISE: Duration = Duration::from_secs(3);
+    let channel = format!("leased:{{{NAME}}}:wake");
+    let redis = RedisServer::start();
+    let replica_a = Leased::start(Some(redis.url())).await;
+    let replica_b = Leased::start(Some(redis.url())).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+
+    let mut recovered = None;
+    for round in 1..=ROUNDS {
+        let held = must_acquire(&mut client_b, NAME, 60_000).await;
+        let (mut waiter, first) = start_waiting(&mut client_a, NAME, "w-on-a", 30_000).await;
+        assert_eq!(first.position, 1, "round {round}: {first:?}");
+        wait_until("replica A to subscribe to the name's channel", SOON, || {
+            channel_subscribers(redis.port, &channel) > 0
+        });
+
+        let mut killed = 0;
+        for kill in 1..=KILLS {
+            for id in shard_subscribers(redis.port) {
+                // :0 if it is gone already.
+                if redis.command(&["CLIENT", "KILL", "ID", &id]) == ":1" {
+                    killed += 1;
+                }
+            }
+            if channel_subscribers(redis.port, &channel) == 0 {
+                break;
+            }
+            assert!(
+                kill < KILLS,
+                "round {round}: the channel still had a subscriber after {KILLS} kills"
+            );
+        }
+        let released_at = Instant::now();
+        assert!(release(&mut client_b, &held).await);
+        let unheard = channel_subscribers(redis.port, &channel) == 0;
+
+        let (waitings, terminal) = read_to_terminal(&mut waiter, Duration::from_secs(10)).await;
+        let waited = released_at.elapsed();
+        let granted = expect_granted(terminal, "w");
+        println!(
+            "round {round}: {killed} subscriber connection(s) killed; the release {}; w granted \
+             {waited:?} after it (waiting messages meanwhile: {waitings:?})",
+            match unheard {
+                true => "found no subscriber: its wake-up was lost",
+                false => "found the subscriber back: the round does not count",
+            }
+        );
+        assert!(
+            waited < PROMISE,
+            "round {round}: w was granted {waited:?} after the release"
+        );
+        assert!(granted.fencing_token > held.fencing_token);
+        assert_eq!(holder_of(&mut client_b, NAME).await, "w-on-a");
+        assert!(release(&mut client_a, &granted).await);
+        if unheard {
+            recovered = Some(waited);
+            break;
+        }
+    }
+    let waited = recovered.unwrap_or_else(|| {
+        panic!("in none of {ROUNDS} rounds did the release find the channel without a subscriber")
+    });
+    println!("a lost wake-up recovered: w granted {waited:?} after the release");
 }
 
 /// After `CONFIG RESETSTAT`, 50 grant+release cycles that nobody waits for publish exactly their
@@ -196,9 +402,9 @@ async fn the_queue_is_bounded_across_replicas() {
 }
 
 /// While three waiters (on two replicas) wait, the name's queue is `leased:{name}:queue` (a zset
-/// of `<replica-id>:<n>`, one per waiter) and `leased:{name}:replicas` (a hash of the two replicas
-/// with their deadlines). One waiter times out, one is cancelled, one is granted: then neither
-/// key is left.
+/// of `<replica-id>:<n>`, one per waiter, that lives as long as the longest wait), and each
+/// replica's liveness is one key of its own, `leased:replica:<id>`. One waiter times out, one is
+/// cancelled, one is granted: then no queue key is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_queue_leaves_no_key() {
     const NAME: &str = "fifo/keys";

@@ -1,5 +1,6 @@
 //! A real three-master Redis Cluster on loopback: cluster-enabled `redis-server`s joined by
-//! `redis-cli --cluster create`.
+//! `redis-cli --cluster create`; a slot can be moved to another master with its keys
+//! ([`RedisCluster::move_slot`]).
 
 use std::{
     path::PathBuf,
@@ -7,7 +8,11 @@ use std::{
     time::Duration,
 };
 
-use super::{free_port, redis::RedisServer, spawn, wait_until};
+use super::{
+    free_port,
+    redis::{RedisServer, Resp, query},
+    spawn, wait_until,
+};
 
 /// A port that was free a moment ago, whose cluster bus port (+10000) was free too. Both stay
 /// below the kernel's ephemeral range (32768 and up), as [`free_port`] explains.
@@ -87,6 +92,133 @@ impl RedisCluster {
             url.push_str(&format!("{separator}node=127.0.0.1:{}", node.port));
         }
         url
+    }
+}
+
+/// The node id of the cluster node on `port` (`CLUSTER MYID`).
+pub fn node_id(port: u16) -> String {
+    match query(port, &["CLUSTER", "MYID"]) {
+        Ok(reply) => reply
+            .as_str()
+            .expect("CLUSTER MYID answers a string")
+            .to_owned(),
+        Err(error) => panic!("CLUSTER MYID on port {port} failed: {error}"),
+    }
+}
+
+/// The hash slot of `key` (`CLUSTER KEYSLOT`, asked of the node on `port`).
+pub fn key_slot(port: u16, key: &str) -> u16 {
+    query(port, &["CLUSTER", "KEYSLOT", key])
+        .ok()
+        .and_then(|reply| reply.as_int())
+        .and_then(|slot| u16::try_from(slot).ok())
+        .unwrap_or_else(|| panic!("CLUSTER KEYSLOT {key} failed"))
+}
+
+/// The port of the master that serves `slot`, as the node on `port` sees it (`CLUSTER SLOTS`);
+/// None if no range of its answer holds the slot.
+pub fn slot_owner(port: u16, slot: u16) -> Option<u16> {
+    let Ok(Resp::Array(Some(ranges))) = query(port, &["CLUSTER", "SLOTS"]) else {
+        panic!("CLUSTER SLOTS on port {port} failed");
+    };
+    // Each range: [first slot, last slot, [ip, port, id] of the master, replicas...].
+    ranges.iter().find_map(|range| {
+        let Resp::Array(Some(fields)) = range else {
+            panic!("bad CLUSTER SLOTS range {range:?}");
+        };
+        let (first, last) = (fields[0].as_int()?, fields[1].as_int()?);
+        let Resp::Array(Some(master)) = &fields[2] else {
+            panic!("bad CLUSTER SLOTS master {range:?}");
+        };
+        (first..=last)
+            .contains(&i64::from(slot))
+            .then(|| master[1].as_int().expect("a port") as u16)
+    })
+}
+
+/// The keys of `slot` held by the node on `port` (`CLUSTER GETKEYSINSLOT`, at most `count`).
+pub fn keys_in_slot(port: u16, slot: u16, count: usize) -> Vec<String> {
+    match query(
+        port,
+        &[
+            "CLUSTER",
+            "GETKEYSINSLOT",
+            &slot.to_string(),
+            &count.to_string(),
+        ],
+    ) {
+        Ok(Resp::Array(Some(keys))) => keys
+            .iter()
+            .map(|key| key.as_str().expect("a key name").to_owned())
+            .collect(),
+        other => panic!("CLUSTER GETKEYSINSLOT {slot} on port {port}: {other:?}"),
+    }
+}
+
+impl RedisCluster {
+    /// Moves `slot` and its keys to the master on port `to`, as `redis-cli --cluster reshard`
+    /// does: `SETSLOT IMPORTING` on the target, `SETSLOT MIGRATING` on the source, `MIGRATE` of
+    /// every key of the slot (at most 10 batches of 1,000), then `SETSLOT NODE` on the target,
+    /// the source and the other masters. Waits (up to 10 s) until every node's `CLUSTER SLOTS`
+    /// names the target. Answers the keys moved. Panics if `to` already serves the slot.
+    pub fn move_slot(&self, slot: u16, to: u16) -> Vec<String> {
+        let from = slot_owner(to, slot).unwrap_or_else(|| panic!("nobody serves slot {slot}"));
+        assert_ne!(
+            from, to,
+            "the master on port {to} already serves slot {slot}"
+        );
+        let ok = |port: u16, args: &[&str]| match query(port, args) {
+            Ok(Resp::Simple(reply)) if reply == "OK" => {}
+            other => panic!("{args:?} on port {port}: {other:?}"),
+        };
+        let slot_arg = slot.to_string();
+        let (from_id, to_id) = (node_id(from), node_id(to));
+        ok(
+            to,
+            &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from_id],
+        );
+        ok(
+            from,
+            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id],
+        );
+        let mut moved = Vec::new();
+        for _ in 0..10 {
+            let keys = keys_in_slot(from, slot, 1_000);
+            if keys.is_empty() {
+                break;
+            }
+            let (port, timeout_ms) = (to.to_string(), "5000");
+            let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", timeout_ms, "KEYS"];
+            migrate.extend(keys.iter().map(String::as_str));
+            match query(from, &migrate) {
+                // NOKEY: the keys expired meanwhile.
+                Ok(Resp::Simple(reply)) if reply == "OK" || reply == "NOKEY" => {}
+                other => panic!("MIGRATE of slot {slot} from port {from} to {to}: {other:?}"),
+            }
+            moved.extend(keys);
+        }
+        let left = keys_in_slot(from, slot, 1_000);
+        assert!(
+            left.is_empty(),
+            "slot {slot} kept keys on port {from}: {left:?}"
+        );
+        let others = self
+            .ports()
+            .into_iter()
+            .filter(|port| ![from, to].contains(port));
+        for port in [to, from].into_iter().chain(others) {
+            ok(port, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id]);
+        }
+        wait_until(
+            "every node to see the slot's new owner",
+            Duration::from_secs(10),
+            || {
+                self.ports()
+                    .into_iter()
+                    .all(|port| slot_owner(port, slot) == Some(to))
+            },
+        );
+        moved
     }
 }
 
