@@ -1,6 +1,6 @@
 //! The queue on Redis only: a killed replica's waiter is skipped within 3 s (at a release or at
 //! the holder's expiry), a wake-up lost with the subscriber's connection is recovered within 3 s,
-//! a release nobody waits for publishes no wake-up, the queue is bounded across replicas, an empty
+//! a release nobody waits for publishes nothing, the queue is bounded across replicas, an empty
 //! queue leaves no key, and stalls past the timeout leave no callerless entry.
 
 use std::{
@@ -290,13 +290,11 @@ async fn a_lost_wake_up_is_recovered() {
     println!("a lost wake-up recovered: w granted {waited:?} after the release");
 }
 
-/// After `CONFIG RESETSTAT`, 50 grant+release cycles that nobody waits for publish exactly their
-/// 100 changes of holder (one SPUBLISH each, on the name's shard channel: no wake-up, no move)
-/// and no classic PUBLISH, in `INFO commandstats`. Then a hand-over to a waiter on the other
-/// replica publishes exactly one SPUBLISH more than its changes: the wake-up; classic PUBLISH is
-/// still never called.
+/// After `CONFIG RESETSTAT`, 50 grant+release cycles that nobody waits for leave no PUBLISH and
+/// no SPUBLISH in `INFO commandstats`. Then one release with a waiter on the other replica: it is
+/// woken through SPUBLISH, and classic PUBLISH is still never called.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_nobody_waits_for_publishes_no_wake_up() {
+async fn a_release_nobody_waits_for_publishes_nothing() {
     const NAME: &str = "fifo/quiet";
     let redis = RedisServer::start();
     let replica_a = Leased::start(Some(redis.url())).await;
@@ -319,11 +317,11 @@ async fn a_release_nobody_waits_for_publishes_no_wake_up() {
     );
     let publish = command_calls(redis.port, "publish");
     let spublish = command_calls(redis.port, "spublish");
-    println!("50 cycles without waiters: publish {publish}, spublish {spublish}");
+    println!("50 releases without waiters: publish {publish}, spublish {spublish}");
     assert_eq!(
         (publish, spublish),
-        (0, 100),
-        "50 grants and 50 releases nobody waited for: (publish, spublish)"
+        (0, 0),
+        "releases nobody waited for published (publish, spublish)"
     );
 
     let held = must_acquire(&mut client_a, NAME, 30_000).await;
@@ -332,10 +330,9 @@ async fn a_release_nobody_waits_for_publishes_no_wake_up() {
     let granted = expect_granted(read_to_terminal(&mut waiter, SOON).await.1, "waiter");
     assert!(release(&mut client_b, &granted).await);
     let publish = command_calls(redis.port, "publish");
-    let spublish = command_calls(redis.port, "spublish") - 100;
-    println!("a hand-over to a waiter: publish {publish}, spublish {spublish}");
-    // Two grants and two releases, and the one wake-up.
-    assert_eq!(spublish, 5, "the waiter was not woken through SPUBLISH");
+    let spublish = command_calls(redis.port, "spublish");
+    println!("after a release with a waiter: publish {publish}, spublish {spublish}");
+    assert!(spublish > 0, "the waiter was not woken through SPUBLISH");
     assert_eq!(publish, 0, "classic PUBLISH was used");
 }
 

@@ -1,4 +1,4 @@
-//! On the Redis store itself: every change is published on the name's channel, a revoked
+//! On the Redis store itself: changes are published only while someone listens, a revoked
 //! holder learns the reason for the grant's TTL, and List scans only lease keys under the prefix.
 
 use std::{collections::BTreeSet, time::Duration};
@@ -47,15 +47,15 @@ async fn expect_no_message(
     }
 }
 
-/// Every change of holder is published on the name's wake channel, with nothing in Redis to
-/// register or keep alive for it: `g` for a grant (exclusive and counting: the limit), `r` for a
+/// Changes of holder are published on the name's wake channel only while someone subscribes to
+/// it, with nothing in Redis to register or keep alive: nothing for a grant and release nobody
+/// listens to; with a subscriber, `g` for a grant (exclusive and counting: the limit), `r` for a
 /// release and `v` for a revoke (the reason length-prefixed, holders with spaces), nothing for a
 /// renewal; and no key but the lease's own is written for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_change_is_published_on_the_names_channel() {
+async fn changes_are_published_only_while_someone_listens() {
     let redis = RedisServer::start();
     let store = store_on(&redis.url(), "leased:").await;
-    let mut messages = subscribe(&redis.url(), "leased:{watched/job}:wake").await;
     let watched = name("watched/job");
     let exclusive = request(
         "watched/job",
@@ -64,6 +64,16 @@ async fn every_change_is_published_on_the_names_channel() {
         1,
         Duration::ZERO,
     );
+    assert_eq!(redis.command(&["CONFIG", "RESETSTAT"]), "+OK");
+    let granted = grant(&store, &exclusive).await;
+    assert!(store.release(&watched, &granted.lease_id).await.unwrap());
+    assert_eq!(
+        command_calls(redis.port, "spublish"),
+        0,
+        "a grant and a release nobody listened to were published"
+    );
+
+    let mut messages = subscribe(&redis.url(), "leased:{watched/job}:wake").await;
 
     let granted = grant(&store, &exclusive).await;
     assert_eq!(

@@ -1,6 +1,6 @@
 //! The tending task of a watched name: listens, reads, applies the store's changes to the view,
 //! and times expiries, while anyone watches here. Nothing is registered or kept alive in the
-//! store: it reports every change of a name it listens to.
+//! store: it reports every change of a name listened to.
 
 use std::{sync::Arc, time::Duration};
 

@@ -6,8 +6,9 @@
 //! re-reads a name only when something happened to it or messages may have been missed.
 //!
 //! Watching: the scripts that change a name's holders publish each change on the same channel
-//! (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)), whether or not
-//! anyone listens, which this replica reports
+//! (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)) while anyone
+//! subscribes to it (`PUBSUB SHARDNUMSUB`: the subscription is the registration), which this
+//! replica reports
 //! ([`StoreEvents::changed`](crate::lease::StoreEvents::changed)). Whenever messages may have been
 //! missed (a new subscription, a reconnect, a slot move, a lagging subscriber, data lost), the
 //! store reports a resync and the watchers re-read.

@@ -10,7 +10,7 @@
 --                                   the lease
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (prelude.lua)
 -- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (prelude.lua);
---                                   a grant publishes 'g...' on it
+--                                   a grant publishes 'g...' on it while anyone subscribes
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
 -- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms (the owner hash's)
@@ -121,7 +121,9 @@ if free > 0 then
       redis.call('ZREM', queue, entry)
       queue_moved(queue, channel, free - 1)
     end
-    redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
+    if listened(channel) then
+      redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
+    end
     return {1, token, ttl_ms, expires_at_ms}
   end
   -- Callers ahead take the free permits. Wake them again in case they missed the release.

@@ -14,9 +14,10 @@
 -- docs/src/internals/fair-waiting.md.
 --
 -- The same channel carries every change of holder: 'g' granted, 'r' released, 'v' revoked (the
--- *_message functions below), published whether or not anyone listens (an SPUBLISH nobody
--- subscribes to costs little and never leaves the shard), so that watching a name needs nothing
--- in Redis. Numbers are written with %d; the holder comes last, since it may hold spaces.
+-- *_message functions below), published only while some replica subscribes to the channel
+-- (listened() asks Redis itself, so watching a name registers nothing and keeps nothing alive;
+-- an SPUBLISH nobody hears would still cost the shard's replicas a cluster-bus message each).
+-- Numbers are written with %d; the holder comes last, since it may hold spaces.
 --
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
 -- permits of a counting lease (limit > 1). The owner hash, <prefix>{name}:owner, holds the name's
@@ -237,6 +238,12 @@ end
 -- below 2^53: microsecond timestamps stay under it until the year 2255.
 local function next_token(last, now_us)
   return math.max((tonumber(last) or 0) + 1, now_us)
+end
+
+-- Whether any client subscribes to the shard channel on this node (a replica with waiters or
+-- watchers of the name): only then are changes of holder published.
+local function listened(channel)
+  return redis.call('PUBSUB', 'SHARDNUMSUB', channel)[2] > 0
 end
 
 -- 'g<token> <limit> <ttl_ms> <expires_at_ms> <holder>': a grant.

@@ -6,7 +6,8 @@
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
--- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes ('r...')
+-- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes ('r...'
+--                                   while anyone subscribes)
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  lease_id
@@ -43,7 +44,9 @@ else
   ended = {permit.token, permit.exp, permit.holder}
 end
 
-redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
+if listened(channel) then
+  redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
+end
 
 local woken = ''
 if free > 0 then

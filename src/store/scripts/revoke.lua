@@ -8,7 +8,8 @@
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries
--- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes ('v...')
+-- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes ('v...'
+--                                   while anyone subscribes)
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- KEYS[7]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>'; expires with its
@@ -77,8 +78,10 @@ for i = 1, #records, 2 do
 end
 redis.call('PEXPIRE', revoked, math.max(redis.call('PTTL', revoked), keep_ms, 1))
 
-for _, grant in ipairs(ended) do
-  redis.call('SPUBLISH', channel, revoked_message(grant.token, grant.exp, reason, grant.holder))
+if listened(channel) then
+  for _, grant in ipairs(ended) do
+    redis.call('SPUBLISH', channel, revoked_message(grant.token, grant.exp, reason, grant.holder))
+  end
 end
 
 -- As a release: the free permits go to the first `free` callers in line; those freed here go to
