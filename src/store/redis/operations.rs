@@ -9,7 +9,7 @@ use super::{
     RedisStore,
     keys::heartbeat_key,
     list::PageToken,
-    replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS, store_error},
+    replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
 };
 use crate::{
     error::{Error, Result},
@@ -347,7 +347,11 @@ impl RedisStore {
         metrics().record_store("heartbeat_check", started.elapsed(), exists.is_err());
         match exists {
             Ok(count) => Ok(count > 0),
-            Err(error) => Err(store_error("heartbeat_check", name, error)),
+            // Whatever the cause, the replica's liveness is unknown: try again later.
+            Err(error) => {
+                tracing::debug!(%name, %error, replica, "could not check a replica's heartbeat");
+                Err(Error::Unavailable(format!("heartbeat check: {error}")))
+            }
         }
     }
 }
