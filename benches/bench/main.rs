@@ -17,10 +17,15 @@
 //! - [`hostile`]: what a connection costs the server, and a flood of 25,000 idle connections.
 //! - [`fanout`]: 1,000 watchers of one name: release → the last watcher's event, and every
 //!   event delivered to each while the name is granted and released 100 times a second.
+//! - [`idle`]: what idle waiters and watchers cost while nothing changes: Redis calls and CPU per
+//!   second, the replicas' CPU, their memory per waiter and per watcher.
+//! - [`redis_calls`]: Redis calls per grant, release, hand-over and watched change.
+//! - [`commandstats`]: Redis calls as `INFO commandstats` counts them.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 //! - [`scenarios`]: each scenario's setup, as `run` calls it.
 //! - [`report`]: the targets next to what was measured, `report.json` and the tables.
 
+mod commandstats;
 mod etcd;
 mod fair;
 mod fanout;
@@ -28,9 +33,11 @@ mod handoff;
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
 mod hostile;
+mod idle;
 mod measure;
 mod peers;
 mod procs;
+mod redis_calls;
 mod report;
 mod scale;
 mod scenarios;
@@ -50,8 +57,8 @@ use crate::{
     report::{report, tables, targets},
     scenarios::{
         etcd_lock, fair_contention, grpc_cycle, grpc_cycle_memory, grpc_renew, handoff, held_scale,
-        permit_memory, redis_benchmark_setnx, redis_direct, redis_py_lock, renew_stream_memory,
-        semaphore_cycle, watch_fanout,
+        idle_waiting, permit_memory, redis_benchmark_setnx, redis_calls, redis_direct,
+        redis_py_lock, renew_stream_memory, semaphore_cycle, watch_fanout,
     },
 };
 
@@ -130,6 +137,14 @@ impl Run {
             .into_iter()
             .filter(|n| self.args.callers.is_empty() || self.args.callers.contains(n))
             .collect()
+    }
+
+    /// The flags of every `leased` the bench starts on Redis, beside the chart's settings.
+    fn leased_args(&self) -> [String; 2] {
+        [
+            "--redis-pool-size".to_owned(),
+            self.args.redis_pool_size.to_string(),
+        ]
     }
 
     fn connections_note(&self) -> String {
@@ -247,6 +262,8 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("permit_memory", permit_memory(&run));
     scenario!("renew_stream_memory", renew_stream_memory(&run));
     scenario!("watch_fanout", watch_fanout(&run));
+    scenario!("idle_waiting", idle_waiting(&run));
+    scenario!("redis_calls", redis_calls(&run));
     scenario!(
         "hostile_connections",
         hostile::hostile_connections(&run.redis.url(), &run.args.server_log, run.args.quick)

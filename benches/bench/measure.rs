@@ -75,6 +75,11 @@ impl<T> Metered<T> {
             label: label.to_owned(),
         }
     }
+
+    /// The label its CPU time is metered under, in [`cpu_times`].
+    pub fn label(&self) -> &str {
+        &self.label
+    }
 }
 
 impl<T> std::ops::Deref for Metered<T> {

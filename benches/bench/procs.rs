@@ -42,9 +42,14 @@ pub static LEASED_BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new()
 
 /// A `redis-server` without persistence, its CPU time metered as `redis`.
 pub fn start_redis() -> BenchResult<Metered<RedisServer>> {
+    start_redis_as("redis")
+}
+
+/// [`start_redis`] for a scenario's own Redis beside the run's, its CPU time metered as `label`.
+pub fn start_redis_as(label: &str) -> BenchResult<Metered<RedisServer>> {
     let redis = RedisServer::try_start()
         .map_err(|e| format!("{e}; run scripts/bench.sh to install redis-server"))?;
-    Ok(Metered::new("redis", redis.pid(), redis))
+    Ok(Metered::new(label, redis.pid(), redis))
 }
 
 /// `leased serve` as a child process (on Redis when `redis_url` is set), logging to

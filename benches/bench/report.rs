@@ -20,6 +20,13 @@ fn find<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
         .find(|row| row.name == name && row.error.is_none())
 }
 
+/// The rows whose name starts with `prefix` and that did not fail.
+pub(crate) fn measured<'a>(rows: &'a [Row], prefix: &str) -> Vec<&'a Row> {
+    rows.iter()
+        .filter(|row| row.name.starts_with(prefix) && row.error.is_none())
+        .collect()
+}
+
 pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
     let mut targets = Vec::new();
     let mut ratio_target = |name, numerator: &str, denominator: &str, goal: f64| {
@@ -304,6 +311,19 @@ pub(crate) fn tables(
                 row.note
             )?,
         }
+    }
+    if let Some(table) = crate::idle::table(rows) {
+        writeln!(
+            out,
+            "\nIdle waiting and watching, nothing changing (Redis calls: INFO commandstats, \
+             scripts' commands included; CPU in % of one core; RSS of the replicas)\n\n{table}"
+        )?;
+    }
+    if let Some(table) = crate::redis_calls::table(rows) {
+        writeln!(
+            out,
+            "\nRedis calls per operation (INFO commandstats, scripts' commands included)\n\n{table}"
+        )?;
     }
     writeln!(out, "\n| target | measured | met |")?;
     writeln!(out, "|---|---|---|")?;

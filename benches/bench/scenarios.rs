@@ -10,8 +10,9 @@ use crate::{
     etcd::{EtcdContender, EtcdCycle},
     fair, fanout,
     handoff::{self, LeasedContender},
+    idle,
     measure::{Row, Samples, closed_loop},
-    peers, procs,
+    peers, procs, redis_calls as calls,
     report::thousands,
     scale,
     workload::{self, DirectCycle, DirectRenew},
@@ -198,14 +199,10 @@ pub(crate) async fn handoff(run: &Run) -> BenchResult<Vec<Row>> {
 /// `fair_contention@N` and `fair_queue_memory@W`, on the bench's server and a second replica
 /// started on the same Redis with the same binary.
 pub(crate) async fn fair_contention(run: &Run) -> BenchResult<Vec<Row>> {
-    let extra_args = [
-        "--redis-pool-size".to_owned(),
-        run.args.redis_pool_size.to_string(),
-    ];
     let second = procs::start_leased(
         "2",
         Some(&run.redis.url()),
-        &extra_args,
+        &run.leased_args(),
         &run.args.server_log,
     )
     .await?;
@@ -326,4 +323,16 @@ pub(crate) async fn watch_fanout(run: &Run) -> BenchResult<Vec<Row>> {
         limit: run.budget.measure,
     };
     fanout::watch_fanout(&sizes, &run.channels, run.server.pid()).await
+}
+
+/// `idle_waiting`: each configuration of [`idle::Idle::configs`] on a Redis and replicas of its
+/// own.
+pub(crate) async fn idle_waiting(run: &Run) -> BenchResult<Vec<Row>> {
+    let configs = idle::Idle::configs(run.args.quick);
+    Ok(idle::idle_waiting(&configs, &run.leased_args(), &run.args.server_log).await)
+}
+
+/// `redis_calls`: Redis calls per operation, on a Redis and two replicas of its own.
+pub(crate) async fn redis_calls(run: &Run) -> BenchResult<Vec<Row>> {
+    calls::redis_calls(&run.leased_args(), &run.args.server_log).await
 }

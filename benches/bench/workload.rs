@@ -13,8 +13,8 @@ use leased::{
         ValidatedAcquire, limits::parse_name,
     },
     proto::{
-        AcquireRequest, Granted, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
-        lease_service_client::LeaseServiceClient, renew_response,
+        AcquireRequest, AcquireResponse, Granted, ReleaseRequest, RenewRequest, RenewResponse,
+        acquire_response, lease_service_client::LeaseServiceClient, renew_response,
     },
     store::{RedisOptions, RedisStore},
 };
@@ -143,6 +143,11 @@ pub async fn acquire_permit(
 ) -> BenchResult<Granted> {
     let request = try_once(name, ttl_ms, limit);
     let mut stream = client.acquire(request).await?.into_inner();
+    granted(&mut stream, name).await
+}
+
+/// Reads an Acquire of `name` on to its terminal message; fails unless it is `granted`.
+pub async fn granted(stream: &mut Streaming<AcquireResponse>, name: &str) -> BenchResult<Granted> {
     while let Some(message) = stream.message().await? {
         match message.result {
             Some(acquire_response::Result::Granted(granted)) => return Ok(granted),
@@ -153,6 +158,27 @@ pub async fn acquire_permit(
         }
     }
     Err(format!("Acquire of {name} ended without a terminal message").into())
+}
+
+/// An Acquire of `name` (held by someone else) that waits up to `wait_ms`, once it has answered
+/// `waiting`: the caller is in the queue.
+pub async fn queue_waiter(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    wait_ms: i64,
+) -> BenchResult<Streaming<AcquireResponse>> {
+    let request = AcquireRequest {
+        name: name.to_owned(),
+        holder: "bench".to_owned(),
+        ttl_ms: CYCLE_TTL_MS,
+        wait_ms,
+        ..Default::default()
+    };
+    let mut stream = client.acquire(request).await?.into_inner();
+    match stream.message().await?.and_then(|message| message.result) {
+        Some(acquire_response::Result::Waiting(_)) => Ok(stream),
+        other => Err(format!("a waiter on {name} was answered {other:?}, not waiting").into()),
+    }
 }
 
 /// Release that must succeed.
