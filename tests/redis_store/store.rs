@@ -463,3 +463,91 @@ async fn list_scans_only_lease_keys_under_the_prefix() {
         .into_inner();
     assert_eq!(listed.leases.len(), 3);
 }
+
+/// The functions of the library on `redis` (`FUNCTION LIST`), by name, with their flags.
+fn loaded_functions(redis: &RedisServer) -> Vec<(String, Vec<String>)> {
+    use crate::common::harness::redis::Resp;
+    let items = |resp: &Resp| match resp {
+        Resp::Array(Some(items)) => items.clone(),
+        other => panic!("expected an array, got {other}"),
+    };
+    let mut functions = Vec::new();
+    for library in items(&redis.query(&["FUNCTION", "LIST"]).unwrap()) {
+        let library = items(&library);
+        let field = |name: &str| {
+            let at = library.iter().position(|item| item.as_str() == Some(name));
+            library[at.unwrap_or_else(|| panic!("no {name} in FUNCTION LIST")) + 1].clone()
+        };
+        for function in items(&field("functions")) {
+            let function = items(&function);
+            let field = |name: &str| {
+                let at = function.iter().position(|item| item.as_str() == Some(name));
+                function[at.unwrap() + 1].clone()
+            };
+            let flags = items(&field("flags"))
+                .iter()
+                .map(|flag| flag.as_str().unwrap().to_owned())
+                .collect();
+            functions.push((field("name").as_str().unwrap().to_owned(), flags));
+        }
+    }
+    functions.sort();
+    functions
+}
+
+/// The scripts run as Redis Functions (`FCALL`, never `EVALSHA`): one library named after its
+/// code's hash, loaded once for a burst of first calls that all found it missing, and loaded
+/// again when Redis lost it (`FUNCTION FLUSH`, as after a restart without persistence). Only a
+/// grant may be refused over `maxmemory`; the reads are `no-writes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_are_one_functions_library_loaded_again_when_lost() {
+    let redis = RedisServer::start();
+    let store = store_on(&redis.url(), "leased:").await;
+    assert_eq!(redis.command(&["CONFIG", "RESETSTAT"]), "+OK");
+    let grants = (0..20).map(|n| {
+        let store = store.clone();
+        async move {
+            let job = format!("loaded/job-{n}");
+            let request = request(&job, "worker", Duration::from_secs(30), 1, Duration::ZERO);
+            grant(&store, &request).await
+        }
+    });
+    futures::future::join_all(grants).await;
+    assert_eq!(
+        command_calls(redis.port, "function|load"),
+        1,
+        "20 first calls loaded the library once"
+    );
+    assert_eq!(command_calls(redis.port, "evalsha"), 0);
+    assert!(command_calls(redis.port, "fcall") >= 20);
+
+    let functions = loaded_functions(&redis);
+    assert_eq!(functions.len(), 10, "{functions:?}");
+    let version = functions[0].0.split('_').nth(1).unwrap().to_owned();
+    assert_eq!(version.len(), 12, "{functions:?}");
+    let flags = |script: &str| {
+        let function = format!("leased_{version}_{script}");
+        let found = functions.iter().find(|(name, _)| *name == function);
+        found.unwrap_or_else(|| panic!("no {function}")).1.clone()
+    };
+    assert_eq!(flags("acquire"), Vec::<String>::new());
+    for script in ["renew", "release", "leave", "revoke", "purge"] {
+        assert_eq!(flags(script), ["allow-oom"], "{script}");
+    }
+    for script in ["describe", "queued", "status", "replicas"] {
+        assert_eq!(flags(script), ["no-writes"], "{script}");
+    }
+
+    assert_eq!(redis.command(&["FUNCTION", "FLUSH"]), "+OK");
+    let again = request(
+        "loaded/again",
+        "worker",
+        Duration::from_secs(30),
+        1,
+        Duration::ZERO,
+    );
+    let granted = grant(&store, &again).await;
+    assert!(granted.fencing_token > 0);
+    assert_eq!(command_calls(redis.port, "function|load"), 2);
+    assert_eq!(loaded_functions(&redis).len(), 10);
+}

@@ -1,4 +1,5 @@
-//! The Redis store: every operation is one Lua script (run by SHA, reloaded after `NOSCRIPT`), all
+//! The Redis store: every operation is one Lua script (a function of one Redis Functions library,
+//! [`library`], loaded when missing), all
 //! keys of a lease share one hash tag, and time comes from Redis `TIME`. Waiters queue in Redis;
 //! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
 //! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it. Nothing is
@@ -19,6 +20,7 @@
 //! docs/src/internals/redis-layout.md (and fair-waiting.md, watching.md beside it).
 
 mod keys;
+mod library;
 mod list;
 mod liveness;
 mod messages;
@@ -35,11 +37,12 @@ use std::{
 use fred::{
     clients::SubscriberClient,
     prelude::{Builder, ClientLike, Config, Error as RedisError, Pool, ReconnectPolicy},
-    types::{InfoKind, scripts::Script},
+    types::InfoKind,
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 
 pub use keys::LeaseKeys;
+use library::{Library, Script};
 pub use replies::parse_acquire_reply;
 use replies::{Reply, store_error};
 use subscriptions::{Subscriptions, keep_subscriptions, report_messages, resubscribe_on_connect};
@@ -67,52 +70,11 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
 }
 
-/// The Lua scripts, one per atomic operation. Each but `queued.lua` and `replicas.lua` starts with
-/// `prelude.lua`, which holds their shared functions (the queue, the holders, tokens).
-struct Scripts {
-    acquire: Script,
-    renew: Script,
-    release: Script,
-    describe: Script,
-    leave: Script,
-    queued: Script,
-    status: Script,
-    revoke: Script,
-    purge: Script,
-    replicas: Script,
-}
-
-macro_rules! with_prelude {
-    ($file:literal) => {
-        Script::from_lua(concat!(
-            include_str!("../scripts/prelude.lua"),
-            include_str!($file)
-        ))
-    };
-}
-
-impl Scripts {
-    fn new() -> Self {
-        Scripts {
-            acquire: with_prelude!("../scripts/acquire.lua"),
-            renew: with_prelude!("../scripts/renew.lua"),
-            release: with_prelude!("../scripts/release.lua"),
-            describe: with_prelude!("../scripts/describe.lua"),
-            leave: with_prelude!("../scripts/leave.lua"),
-            queued: Script::from_lua(include_str!("../scripts/queued.lua")),
-            status: with_prelude!("../scripts/status.lua"),
-            revoke: with_prelude!("../scripts/revoke.lua"),
-            purge: with_prelude!("../scripts/purge.lua"),
-            replicas: Script::from_lua(include_str!("../scripts/replicas.lua")),
-        }
-    }
-}
-
 /// A [`LeaseStore`](crate::lease::LeaseStore) on Redis, shared by any number of `leased` replicas.
 pub struct RedisStore {
     pool: Pool,
     subscriber: SubscriberClient,
-    scripts: Scripts,
+    library: Library,
     key_prefix: String,
     max_waiters_per_name: usize,
     /// Where wake-ups, positions moved and changes of holder are reported, and which names are
@@ -200,7 +162,7 @@ impl RedisStore {
         Ok(RedisStore {
             pool,
             subscriber,
-            scripts: Scripts::new(),
+            library: Library::new(),
             key_prefix: options.key_prefix.clone(),
             max_waiters_per_name: options.max_waiters_per_name,
             events,
@@ -236,19 +198,19 @@ impl RedisStore {
         LeaseKeys::new(&self.key_prefix, name)
     }
 
-    /// Runs one script on `name`'s keys; `operation` names it in metrics and errors.
+    /// Runs one script on `name`'s keys; the script names the operation in metrics and errors.
     async fn run<'a>(
         &self,
-        operation: &'static str,
+        script: Script,
         name: &'a LeaseName,
-        script: &Script,
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Reply<'a>> {
+        let operation = script.name();
         let started = std::time::Instant::now();
         // Boxed: fred's future is several KiB, and every async fn above this one would otherwise
         // hold and move a copy of it (memcpy was 5% of the server's CPU per grant).
-        let reply = Box::pin(script.evalsha_with_reload(self.pool.next(), keys, args)).await;
+        let reply = Box::pin(self.library.call(self.pool.next(), script, keys, args)).await;
         metrics().record_store(operation, started.elapsed(), reply.is_err());
         match reply {
             Ok(value) => Ok(Reply {

@@ -8,6 +8,7 @@ use fred::prelude::{ClientLike, KeysInterface};
 use super::{
     RedisStore,
     keys::heartbeat_key,
+    library::Script,
     list::PageToken,
     replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
 };
@@ -41,9 +42,8 @@ impl LeaseStore for RedisStore {
             .as_millis() as u64;
         let reply = self
             .run(
-                "acquire",
+                Script::Acquire,
                 name,
-                &self.scripts.acquire,
                 keys.for_queue_scripts(),
                 vec![
                     lease_id.expose().to_owned(),
@@ -71,9 +71,8 @@ impl LeaseStore for RedisStore {
         let ttl_ms = ttl.map_or(0, |ttl| ttl.as_millis() as u64);
         let reply = self
             .run(
-                "renew",
+                Script::Renew,
                 name,
-                &self.scripts.renew,
                 vec![
                     keys.lease,
                     keys.owner,
@@ -108,9 +107,8 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let reply = self
             .run(
-                "release",
+                Script::Release,
                 name,
-                &self.scripts.release,
                 keys.for_queue_scripts(),
                 vec![lease_id.expose().to_owned()],
             )
@@ -131,9 +129,8 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let reply = self
             .run(
-                "describe",
+                Script::Describe,
                 name,
-                &self.scripts.describe,
                 vec![
                     keys.lease,
                     keys.owner,
@@ -162,9 +159,8 @@ impl LeaseStore for RedisStore {
         }
         let keys = self.keys(name);
         self.run(
-            "leave",
+            Script::Leave,
             name,
-            &self.scripts.leave,
             keys.for_queue_scripts(),
             entries.to_vec(),
         )
@@ -177,9 +173,8 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let reply = self
             .run(
-                "queued",
+                Script::Queued,
                 name,
-                &self.scripts.queued,
                 vec![keys.queue],
                 vec![self.events.replica().to_owned()],
             )
@@ -190,13 +185,7 @@ impl LeaseStore for RedisStore {
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
         let keys = self.keys(name);
         let reply = self
-            .run(
-                "status",
-                name,
-                &self.scripts.status,
-                keys.for_status(),
-                entries.to_vec(),
-            )
+            .run(Script::Status, name, keys.for_status(), entries.to_vec())
             .await?;
         let positions = (0..entries.len())
             .map(|index| reply.count(OCCUPANCY_FIELDS + index))
@@ -216,13 +205,7 @@ impl LeaseStore for RedisStore {
         let suspects: Vec<String> = match stalled.is_empty() {
             true => {
                 let reply = self
-                    .run(
-                        "replicas",
-                        name,
-                        &self.scripts.replicas,
-                        vec![keys.queue],
-                        vec![],
-                    )
+                    .run(Script::Replicas, name, vec![keys.queue], vec![])
                     .await?;
                 (0..reply.len()?)
                     .map(|index| reply.string(index))
@@ -260,9 +243,8 @@ impl LeaseStore for RedisStore {
         let gone = purge.iter().filter(|item| item.ends_with(':')).count();
         let removed = self
             .run(
-                "purge",
+                Script::Purge,
                 name,
-                &self.scripts.purge,
                 self.keys(name).for_queue_scripts(),
                 purge,
             )
@@ -305,9 +287,8 @@ impl LeaseStore for RedisStore {
         let keys = self.keys(name);
         let reply = self
             .run(
-                "revoke",
+                Script::Revoke,
                 name,
-                &self.scripts.revoke,
                 keys.for_revoke(),
                 vec![fencing_token.unwrap_or(0).to_string(), reason.to_owned()],
             )
