@@ -19,7 +19,7 @@
 //!
 //! Each row's latency is the operation's: the Acquire or Release call, Release → the waiter's
 //! `granted`, or the call → the watcher's event. Before any counting, each replica grants and
-//! releases once and one hand-over runs, so that loading the scripts (`SCRIPT LOAD`, once per
+//! releases once and one hand-over runs, so that loading the scripts (`FUNCTION LOAD`, once per
 //! replica) is not counted. The replicas' health pings (one `PING` a second each) are, as
 //! everything else Redis ran meanwhile.
 
@@ -66,7 +66,8 @@ pub async fn redis_calls(leased_args: &[String], server_log: &str) -> BenchResul
         procs::connect(first.address).await?,
         procs::connect(second.address).await?,
     );
-    // Each replica loads the scripts it runs once (SCRIPT LOAD): not in the counts.
+    // Loading the scripts (FUNCTION LOAD, by the first replica that finds them missing) is not
+    // in the counts.
     for channel in [&one, &two] {
         let mut client = proto_client(channel);
         let granted = acquire_granted(&mut client, "bench/calls/warm-up", CYCLE_TTL_MS).await?;

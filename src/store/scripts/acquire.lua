@@ -1,6 +1,6 @@
 -- acquire: grant a lease (a permit of a counting lease) if one is free (or left expired by a crashed
 -- client) and nobody ahead in its queue is to take it, with a new fencing token; otherwise answer
--- who holds it and, for a caller that waits, queue it (or keep its place). Prepended with prelude.lua.
+-- who holds it and, for a caller that waits, queue it (or keep its place). Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs

@@ -1,5 +1,5 @@
 -- describe: who holds a lease (every permit of a counting lease) and how many wait, on Redis time.
--- Read-only. Prepended with prelude.lua.
+-- Read-only. Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)

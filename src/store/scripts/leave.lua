@@ -1,5 +1,5 @@
 -- leave: take the entries of callers that stopped waiting (gave up, timed out, cancelled) out of
--- a name's queue. Prepended with prelude.lua.
+-- a name's queue. Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)

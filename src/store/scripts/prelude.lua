@@ -1,5 +1,5 @@
--- prelude.lua: shared by the scripts that touch a name's wait queue or read its holder, which
--- prepend it.
+-- prelude.lua: the functions the scripts share. It is the top level of the Redis Functions library
+-- (src/store/redis/library.rs), run once at FUNCTION LOAD; each script is a function of the library.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- The queue is a sorted set (<prefix>{name}:queue): member '<replica>:<n>', score the arrival

@@ -3,7 +3,7 @@
 -- they live in other slots), and takes out of the queue every entry of the replicas that are
 -- gone, and the given entries that stayed stalled far too long; the callers behind them move up
 -- and the free permits are woken again. With nothing to take out, the wake-ups of the callers the
--- free permits go to are repeated, in case theirs was lost. Prepended with prelude.lua.
+-- free permits go to are repeated, in case theirs was lost. Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)

@@ -1,6 +1,6 @@
 -- release: end a lease (a permit of a counting lease), only for its holder and only while it holds
 -- it (not in its lock-delay), and wake the one caller in line that the freed permit goes to (only
--- if someone waits). Prepended with prelude.lua.
+-- if someone waits). Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)

@@ -1,5 +1,5 @@
 -- renew: move a lease's (a permit's) expiry forward, only for its holder and only while it holds it
--- (not in its lock-delay). Prepended with prelude.lua.
+-- (not in its lock-delay). Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)

@@ -2,7 +2,7 @@
 -- lock-delay): the grant with one fencing token, or every grant. Only grants that still hold are
 -- revoked: one in its lock-delay has expired already. Each revoked holder's renewals answer the
 -- reason (renew.lua) for the grant's TTL; the callers in line that the freed permits go to are
--- woken, as release.lua does. Prepended with prelude.lua.
+-- woken, as release.lua does. Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)

@@ -1,7 +1,7 @@
 -- status: where a replica's waiters of a name stand: who holds the lease, each entry's place, and
 -- the entries that the free permits go to (so that the replica can tell a stalled one). Read-only;
 -- a replica calls it when something changed (a wake-up, positions moved, a holder's expiry, a
--- resubscription), never on a timer. Prepended with prelude.lua.
+-- resubscription), never on a timer. Uses prelude.lua.
 -- The keys, the messages and every script's reply: docs/src/internals/redis-layout.md.
 --
 -- KEYS[1]  <prefix>{name}           the lease's expiry (Unix ms)
