@@ -456,8 +456,9 @@ async fn watch_for(
 /// (checked: every node's `CLUSTER SLOTS` names the new master, which holds the name's keys, and
 /// the old one holds none). A grant through B after the move reaches the watcher within 15 s, as
 /// GRANTED or as a SNAPSHOT that shows that holder and token (a snapshot of the free lease may
-/// come first), with a token above those before the move; the release through B after it comes
-/// as RELEASED within 5 s (only a repeated snapshot of the holder may come first). A waiter
+/// come first), with a token above those before the move; after 1 s in which only snapshots of
+/// that grant may come (the resubscriptions' re-reads), the release through B comes as RELEASED
+/// within 5 s (only a repeated snapshot of the holder may come first). A waiter
 /// through A on the moved name is granted within 5 s of a release through B.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_follows_a_name_across_a_slot_move() {
@@ -527,6 +528,22 @@ async fn watch_follows_a_name_across_a_slot_move() {
         seen.cause(),
         before.len()
     );
+
+    // The slot-map check that noticed the move resubscribes, and each resubscription may re-read
+    // the name: let those snapshots (of this same grant) come before the release, so that the
+    // release is a change the moved subscription must carry as itself.
+    let settle = Duration::from_secs(1);
+    while let Ok(event) = tokio::time::timeout(settle, events.next()).await {
+        let event = event
+            .expect("the Watch stream ended")
+            .expect("the Watch stream failed");
+        assert!(
+            event.cause() == Cause::Snapshot
+                && event.held
+                && event.fencing_token == granted.fencing_token,
+            "expected only snapshots of the grant while the move settles, got {event:?}"
+        );
+    }
 
     assert!(release(&mut client, &granted).await);
     let released_at = Instant::now();
