@@ -1,6 +1,6 @@
-//! The Redis store: every operation is one Lua script (a function of one Redis Functions library,
-//! [`library`], loaded when missing), all
-//! keys of a lease share one hash tag, and time comes from Redis `TIME`. Waiters queue in Redis;
+//! The Redis store: every operation is one Lua script (a function of one Redis Functions
+//! [`library`], loaded when missing), all keys of a lease share one hash tag, and time comes from
+//! Redis `TIME`. Waiters queue in Redis;
 //! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
 //! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it. Nothing is
 //! polled per name: a replica proves it is alive with one heartbeat key ([`liveness`]), and
