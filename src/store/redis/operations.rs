@@ -205,7 +205,7 @@ impl LeaseStore for RedisStore {
         let suspects: Vec<String> = match stalled.is_empty() {
             true => {
                 let reply = self
-                    .run(Script::Replicas, name, vec![keys.queue], vec![])
+                    .run(Script::Replicas, name, vec![keys.queue.clone()], vec![])
                     .await?;
                 (0..reply.len()?)
                     .map(|index| reply.string(index))
@@ -242,12 +242,7 @@ impl LeaseStore for RedisStore {
         }
         let gone = purge.iter().filter(|item| item.ends_with(':')).count();
         let removed = self
-            .run(
-                Script::Purge,
-                name,
-                self.keys(name).for_queue_scripts(),
-                purge,
-            )
+            .run(Script::Purge, name, keys.for_queue_scripts(), purge)
             .await?
             .integer()? as usize;
         if removed > 0 {
