@@ -1,4 +1,5 @@
-//! Prometheus metrics, served over HTTP on `--metrics-listen` at `/metrics`.
+//! Prometheus metrics, served over HTTP on `--metrics-listen` at `/metrics` (the port:
+//! `server::metrics_port`).
 //!
 //! One process-wide registry ([`metrics`]); handlers, the waiting policy and the Redis store
 //! record into it.
@@ -15,10 +16,6 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-use tokio::net::TcpListener;
-
-use crate::shutdown::Shutdown;
-
 /// Labels of per-RPC metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RpcLabels {
@@ -73,6 +70,13 @@ pub struct Metrics {
     pub handshake_failures: Family<KindLabels, Counter>,
     /// `accept` failures that paused accepting (out of file descriptors or memory).
     pub accept_errors: Counter,
+    /// Metrics-port connections closed at its cap to make room for a new one.
+    pub metrics_port_evictions: Counter,
+    /// Open Renew and Watch streams ended because a tokens reload took away what they do.
+    pub streams_ended_by_reload: Counter,
+    /// 1 while Redis's `maxmemory-policy` may evict lease keys (anything but `noeviction`) and
+    /// `--redis-allow-eviction` let the server start anyway.
+    pub redis_eviction_unsafe: Gauge,
 }
 
 fn latency_histogram() -> Histogram {
@@ -107,6 +111,9 @@ impl Metrics {
             connections_refused: Counter::default(),
             handshake_failures: Family::default(),
             accept_errors: Counter::default(),
+            metrics_port_evictions: Counter::default(),
+            streams_ended_by_reload: Counter::default(),
+            redis_eviction_unsafe: Gauge::default(),
             registry: Registry::default(),
         };
         let m = &metrics;
@@ -183,6 +190,21 @@ impl Metrics {
             "accept failures that paused accepting",
             m.accept_errors.clone(),
         );
+        registry.register(
+            "metrics_port_evictions",
+            "Metrics-port connections closed at its cap",
+            m.metrics_port_evictions.clone(),
+        );
+        registry.register(
+            "streams_ended_by_reload",
+            "Renew and Watch streams ended because a tokens reload removed their access",
+            m.streams_ended_by_reload.clone(),
+        );
+        registry.register(
+            "redis_eviction_unsafe",
+            "1 while Redis's maxmemory-policy may evict lease keys",
+            m.redis_eviction_unsafe.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -215,25 +237,4 @@ impl Metrics {
             self.store_errors.get_or_create(&labels).inc();
         }
     }
-}
-
-/// Serves `GET /metrics` on `listener` until `shutdown` fires.
-pub async fn serve(listener: TcpListener, shutdown: Shutdown) -> std::io::Result<()> {
-    use axum::{Router, http::header, routing::get};
-    let app = Router::new().route(
-        "/metrics",
-        get(|| async {
-            (
-                [(
-                    header::CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )],
-                metrics().encode(),
-            )
-        }),
-    );
-    tracing::info!(address = %listener.local_addr()?, "metrics listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.fired().await })
-        .await
 }

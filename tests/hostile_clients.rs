@@ -358,3 +358,103 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
     describe(&mut client, "hostile/after").await;
     connected_client(server.address).await;
 }
+
+/// The metrics port under a flood of half-sent requests (headers never finished), with an
+/// open-file limit the flood would exhaust without a cap: the server's descriptors stay under
+/// what the metrics port may hold, an established gRPC client is served throughout (Describe p99
+/// under 50 ms) and a new one gets in, the half-sent requests are closed, and Prometheus can
+/// scrape again once the flood stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
+    const FLOOD: usize = 3_000;
+    const FD_LIMIT: u64 = 1_024;
+    // The metrics port's cap, the connections evicted at it and not yet closed, and slack for
+    // the runtime.
+    const METRICS_FDS: usize = leased::server::METRICS_PORT_MAX_CONNECTIONS + 8 + 8;
+    const HALF_SENT: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n";
+    let metrics_port = free_port();
+    let metrics_address: std::net::SocketAddr = ([127, 0, 0, 1], metrics_port).into();
+    let server = LeasedProcess::serve()
+        .fd_limit(FD_LIMIT)
+        .args([
+            "--metrics-listen".to_owned(),
+            metrics_address.to_string(),
+            "--handshake-timeout".to_owned(),
+            "2s".to_owned(),
+        ])
+        .start()
+        .await;
+    let pid = server.pid();
+    let mut client = connected_client(server.address).await;
+    assert!(scrape_metrics(metrics_port).contains("leased_grants_total"));
+    tokio::time::sleep(Duration::from_millis(200)).await; // the scrape's connection closes
+    let fds_before = proc::open_fds(pid).unwrap();
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let describing = tokio::spawn({
+        let mut stopped = stopped.clone();
+        async move {
+            let mut latencies = Vec::new();
+            while !*stopped.borrow() {
+                let started = Instant::now();
+                describe(&mut client, "hostile/metrics-flood").await;
+                latencies.push(started.elapsed());
+                let _ = tokio::time::timeout(Duration::from_millis(10), stopped.changed()).await;
+            }
+            latencies
+        }
+    });
+    let sampling = tokio::spawn(async move {
+        let mut max_fds = 0;
+        while !*stopped.borrow() {
+            max_fds = max_fds.max(proc::open_fds(pid).unwrap_or(0));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        max_fds
+    });
+
+    let flood = flood::open(metrics_address, FLOOD, HALF_SENT).await;
+    println!(
+        "metrics flood: {} half-sent requests connected",
+        flood.len()
+    );
+    assert!(
+        flood.len() >= FLOOD * 9 / 10,
+        "only {} connected",
+        flood.len()
+    );
+    let newcomer = tokio::time::timeout(Duration::from_secs(5), connected_client(server.address))
+        .await
+        .expect("a new gRPC client could not get in during the metrics flood");
+    // The flood's connections are closed: evicted at the cap, or at the request deadline.
+    let closed = wait_all_closed(&flood, Duration::from_secs(10)).await;
+
+    let _ = stop.send(true);
+    let mut latencies = describing.await.unwrap();
+    let max_fds = sampling.await.unwrap();
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    println!(
+        "during the metrics flood: {} describes, p99 {p99:?}, max {:?}; server fds {fds_before} \
+         -> max {max_fds}",
+        latencies.len(),
+        latencies.last().unwrap()
+    );
+    assert!(
+        closed.is_ok(),
+        "{:?} half-sent requests still open",
+        closed.err()
+    );
+    assert!(
+        max_fds <= fds_before + METRICS_FDS,
+        "{max_fds} fds open during the flood ({fds_before} before; the metrics port may hold \
+         {METRICS_FDS})"
+    );
+    assert!(p99 < Duration::from_millis(50), "describe p99 {p99:?}");
+    drop(newcomer);
+    let scraped = scrape_metrics(metrics_port);
+    assert!(
+        metric_sample(&scraped, "leased_metrics_port_evictions_total") >= 1.0,
+        "no eviction counted"
+    );
+}

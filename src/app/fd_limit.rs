@@ -4,9 +4,9 @@
 
 use std::io;
 
-/// File descriptors kept free for everything but client connections: Redis connections,
-/// listeners, the runtime's own (epoll, eventfd), stdio.
-pub const RESERVED_FDS: u64 = 128;
+/// File descriptors kept free for everything but gRPC client connections: Redis connections,
+/// listeners, the runtime's own (epoll, eventfd), stdio, and the metrics port's connections.
+pub const RESERVED_FDS: u64 = 128 + crate::server::METRICS_PORT_MAX_CONNECTIONS as u64;
 
 /// The process's open-file limit after raising the soft limit to the hard one: each connection
 /// is a file descriptor, and the soft limit is often 1024 while the hard one is far higher.

@@ -6,6 +6,7 @@
 //! - `options`: the server's settings and sockets; `routes`: which services each port carries;
 //!   `health`: statuses that follow the store and the drain.
 //! - `connections`: from `accept` to tonic: the connection cap, the handshake deadline, TLS.
+//! - `metrics_port`: `GET /metrics` over HTTP/1.1, with a connection cap and deadlines of its own.
 //! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens.
 
 mod acquire;
@@ -14,6 +15,7 @@ pub(crate) mod auth;
 mod connections;
 mod health;
 mod held_leases;
+mod metrics_port;
 mod options;
 mod renew;
 mod routes;
@@ -36,6 +38,7 @@ use crate::{
 };
 pub(crate) use connections::ConnectionLimits;
 pub use health::LIVENESS_SERVICE;
+pub use metrics_port::MAX_CONNECTIONS as METRICS_PORT_MAX_CONNECTIONS;
 pub(crate) use options::{Listeners, ServerOptions, TlsFiles};
 pub(crate) use service::LeaseServiceImpl;
 
@@ -55,11 +58,8 @@ pub(crate) async fn run<S: LeaseStore>(
     let mut side_listeners = JoinSet::new();
     if let Some(listener) = listeners.metrics {
         let shutdown = shutdown.clone();
-        side_listeners.spawn(async move {
-            if let Err(error) = crate::metrics::serve(listener, shutdown).await {
-                tracing::error!(%error, "the metrics listener failed");
-            }
-        });
+        let request_timeout = options.connections.handshake_timeout;
+        side_listeners.spawn(metrics_port::serve(listener, request_timeout, shutdown));
     }
     if let Some(listener) = listeners.health {
         if let Ok(address) = listener.local_addr() {

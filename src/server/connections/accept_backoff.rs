@@ -10,7 +10,7 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long to pause accepting after an error: not at all for an error of the one connection
 /// being accepted (it is gone; take the next), else 10 ms, doubling up to 1 s while errors last.
 #[derive(Debug)]
-pub(super) struct AcceptBackoff {
+pub(in crate::server) struct AcceptBackoff {
     next: Duration,
 }
 
@@ -23,7 +23,7 @@ impl Default for AcceptBackoff {
 }
 
 impl AcceptBackoff {
-    pub(super) fn after(&mut self, error: &io::Error) -> Option<Duration> {
+    pub(in crate::server) fn after(&mut self, error: &io::Error) -> Option<Duration> {
         use io::ErrorKind::*;
         if matches!(
             error.kind(),
@@ -36,7 +36,7 @@ impl AcceptBackoff {
         Some(pause)
     }
 
-    pub(super) fn reset(&mut self) {
+    pub(in crate::server) fn reset(&mut self) {
         self.next = ACCEPT_BACKOFF_MIN;
     }
 }

@@ -47,8 +47,9 @@ use tokio::{
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 
+pub(super) use self::accept_backoff::AcceptBackoff;
 pub use self::connection::{Connection, ConnectionInfo};
-use self::{accept_backoff::AcceptBackoff, handshake::handshake};
+use self::handshake::handshake;
 use crate::{
     metrics::metrics,
     throttle::{LOG_INTERVAL, Throttle},
