@@ -72,7 +72,8 @@ pub struct Metrics {
     pub accept_errors: Counter,
     /// Metrics-port connections closed at its cap to make room for a new one.
     pub metrics_port_evictions: Counter,
-    /// Open Renew and Watch streams ended because a tokens reload took away what they do.
+    /// Open Renew and Watch streams, and waiting Acquires, ended because a tokens reload took
+    /// away what they do.
     pub streams_ended_by_reload: Counter,
     /// 1 while Redis's `maxmemory-policy` may evict lease keys (anything but `noeviction`) and
     /// `--redis-allow-eviction` let the server start anyway.
@@ -197,7 +198,7 @@ impl Metrics {
         );
         registry.register(
             "streams_ended_by_reload",
-            "Renew and Watch streams ended because a tokens reload removed their access",
+            "Renew and Watch streams and waiting Acquires ended because a tokens reload removed their access",
             m.streams_ended_by_reload.clone(),
         );
         registry.register(

@@ -103,7 +103,7 @@ pub async fn serve(
     }
 }
 
-/// Re-reads the tokens file on every SIGHUP; open streams keep their principal.
+/// Re-reads the tokens file on every SIGHUP; open streams check their tokens against it.
 async fn reload_on_sighup(auth: Arc<Authenticator>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hangups) = signal(SignalKind::hangup()) else {

@@ -5,11 +5,12 @@ use tokio_stream::{StreamExt, wrappers::ReceiverStream};
 use tonic::{Response, Status};
 
 use super::{
-    auth::{Operation, Principal},
+    auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
     rpc_metrics::StreamRecorder,
-    service::{LeaseServiceImpl, ResponseStream, authorize},
+    service::{LeaseServiceImpl, ResponseStream},
 };
 use crate::{
+    error::Result,
     lease::{
         LeaseName, LeaseStore, Occupancy, Placement, limits::AcquireFields, waiting::AcquireEvent,
     },
@@ -33,7 +34,8 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             limit: request.limit,
             lock_delay_ms: request.lock_delay_ms,
         })?;
-        authorize(&principal, Operation::Acquire, &request.name)?;
+        let access = self.stream_access(principal);
+        authorize_stream(&access, Operation::Acquire, &request.name)?;
         let name = request.name.clone();
         // Lives as long as the response stream: records the RPC when the stream ends or is dropped.
         let mut recorder = StreamRecorder::start("Acquire");
@@ -44,11 +46,15 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                 let answer = crate::lease::waiting::try_once(&self.store, &request).await;
                 Either::Left(tokio_stream::once(answer))
             }
-            false => Either::Right(ReceiverStream::new(crate::lease::waiting::acquire(
-                self.store.clone(),
-                request,
-                self.shutdown.clone(),
-            ))),
+            false => Either::Right(until_access_lost(
+                ReceiverStream::new(crate::lease::waiting::acquire(
+                    self.store.clone(),
+                    request,
+                    self.shutdown.clone(),
+                )),
+                access,
+                name.clone(),
+            )),
         };
         let responses = events.map(move |event| match event {
             Ok(event) => {
@@ -65,6 +71,36 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         });
         Ok(Response::new(Box::pin(responses)))
     }
+}
+
+/// A waiting caller's `events`, ended with its refusal once a tokens reload takes `acquire` on
+/// `name` from its token: the stream, and with it the wait, is then dropped, which gives up the
+/// caller's place (and releases a grant made meanwhile that it was not sent).
+fn until_access_lost(
+    events: impl tokio_stream::Stream<Item = Result<AcquireEvent>> + Send + 'static,
+    access: Option<StreamAccess>,
+    name: LeaseName,
+) -> impl tokio_stream::Stream<Item = Result<AcquireEvent>> + Send + 'static {
+    let state = (Box::pin(events), access, name, false);
+    futures::stream::unfold(
+        state,
+        |(mut events, mut access, name, refused)| async move {
+            if refused {
+                return None;
+            }
+            loop {
+                tokio::select! {
+                    event = events.next() => return Some((event?, (events, access, name, false))),
+                    _ = reloaded(&mut access) => {
+                        if let Err(error) = authorize_stream(&access, Operation::Acquire, &name) {
+                            metrics().streams_ended_by_reload.inc();
+                            return Some((Err(error), (events, access, name, true)));
+                        }
+                    }
+                }
+            }
+        },
+    )
 }
 
 fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {

@@ -1,5 +1,7 @@
 //! Access control: bearer tokens from a JSON file (`--auth-tokens`), each allowed a set of lease
-//! name prefixes and operations. Reloaded on SIGHUP without touching open streams.
+//! name prefixes and operations. Reloaded on SIGHUP; a stream already open looks its token up
+//! again for each message and after each reload ([`StreamAccess`]), so that a token removed or
+//! narrowed by a reload loses on open streams what it lost on new calls.
 //!
 //! ```json
 //! { "tokens": [
@@ -17,6 +19,7 @@ use std::{
 };
 
 use serde::Deserialize;
+use tokio::sync::watch;
 use tonic::metadata::MetadataMap;
 
 use crate::{
@@ -43,7 +46,7 @@ pub enum Operation {
 }
 
 /// One entry of the tokens file.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokenEntry {
     /// Who holds the token, for logs (the token itself is never logged).
@@ -54,18 +57,31 @@ struct TokenEntry {
     operations: Vec<Operation>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokensFile {
     tokens: Vec<TokenEntry>,
 }
 
 /// A client identified by its token: what it may do.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Principal {
     pub client: String,
+    /// The token it presented, to look it up again after a reload; never logged.
+    token: Arc<str>,
     prefixes: Vec<String>,
     operations: Vec<Operation>,
+}
+
+/// Shows what the token may do, never the token.
+impl std::fmt::Debug for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Principal")
+            .field("client", &self.client)
+            .field("prefixes", &self.prefixes)
+            .field("operations", &self.operations)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Principal {
@@ -96,7 +112,8 @@ impl Principal {
         Ok(())
     }
 
-    fn authorize_operation(&self, operation: Operation) -> Result<()> {
+    /// Allows `operation` on some names, or answers `PERMISSION_DENIED`.
+    pub fn authorize_operation(&self, operation: Operation) -> Result<()> {
         if !self.operations.contains(&operation) {
             return Err(Error::PermissionDenied(format!(
                 "token {:?} may not {}",
@@ -109,10 +126,22 @@ impl Principal {
 }
 
 /// The tokens in force, reloadable.
-#[derive(Debug)]
 pub struct Authenticator {
     path: PathBuf,
-    by_token: RwLock<Arc<HashMap<String, Principal>>>,
+    by_token: RwLock<Arc<HashMap<Arc<str>, Principal>>>,
+    /// Counts the reloads that took effect; open streams wait on it.
+    reloads: watch::Sender<u64>,
+}
+
+/// Names the file and how many tokens it holds, never a token.
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tokens = self.by_token.read().map_or(0, |tokens| tokens.len());
+        f.debug_struct("Authenticator")
+            .field("path", &self.path)
+            .field("tokens", &tokens)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Authenticator {
@@ -121,15 +150,30 @@ impl Authenticator {
         Ok(Authenticator {
             path: path.to_owned(),
             by_token: RwLock::new(Arc::new(read_tokens(path)?)),
+            reloads: watch::Sender::new(0),
         })
     }
 
-    /// Re-reads the file. On error the tokens in force stay, and the error is returned.
+    /// Re-reads the file. On error the tokens in force stay, and the error is returned. Open
+    /// streams check their tokens against the new ones.
     pub fn reload(&self) -> Result<usize, String> {
         let tokens = read_tokens(&self.path)?;
         let count = tokens.len();
         *self.by_token.write().expect("auth lock poisoned") = Arc::new(tokens);
+        self.reloads.send_modify(|reloads| *reloads += 1);
         Ok(count)
+    }
+
+    /// What `principal`'s token may do under the tokens in force now: `UNAUTHENTICATED` once a
+    /// reload removed it.
+    pub fn current(&self, principal: &Principal) -> Result<Principal> {
+        self.lookup(&principal.token)
+            .ok_or_else(|| Error::Unauthenticated("the token was revoked by a reload".into()))
+    }
+
+    fn lookup(&self, token: &str) -> Option<Principal> {
+        let tokens = self.by_token.read().expect("auth lock poisoned").clone();
+        tokens.get(token).cloned()
     }
 
     /// The principal behind `authorization: Bearer TOKEN`, or `UNAUTHENTICATED`.
@@ -144,15 +188,72 @@ impl Authenticator {
             .ok_or_else(|| {
                 Error::Unauthenticated("authorization must be \"Bearer TOKEN\"".into())
             })?;
-        let tokens = self.by_token.read().expect("auth lock poisoned").clone();
-        tokens
-            .get(token.trim())
-            .cloned()
+        self.lookup(token.trim())
             .ok_or_else(|| Error::Unauthenticated("unknown token".into()))
     }
 }
 
-fn read_tokens(path: &Path) -> Result<HashMap<String, Principal>, String> {
+/// The caller of an open stream (Renew, Watch, a waiting Acquire), when access control is on:
+/// its token is looked up again for each message and after each reload, so that removing or
+/// narrowing a token ends what it may no longer do on streams it already opened.
+pub struct StreamAccess {
+    auth: Arc<Authenticator>,
+    principal: Principal,
+    reloads: watch::Receiver<u64>,
+}
+
+impl StreamAccess {
+    pub fn new(auth: Arc<Authenticator>, principal: Principal) -> Self {
+        let reloads = auth.reloads.subscribe();
+        StreamAccess {
+            auth,
+            principal,
+            reloads,
+        }
+    }
+
+    /// Allows `operation` on `name` under the tokens in force now.
+    pub fn authorize(&self, operation: Operation, name: &LeaseName) -> Result<()> {
+        self.auth
+            .current(&self.principal)?
+            .authorize(operation, name)
+    }
+
+    /// Allows `operation` on some names under the tokens in force now.
+    pub fn authorize_operation(&self, operation: Operation) -> Result<()> {
+        self.auth
+            .current(&self.principal)?
+            .authorize_operation(operation)
+    }
+
+    /// Waits for the next reload of the tokens file (for ever, if none can come).
+    pub async fn reloaded(&mut self) {
+        if self.reloads.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// [`StreamAccess::authorize`], or allowed when access control is off (`None`).
+pub fn authorize_stream(
+    access: &Option<StreamAccess>,
+    operation: Operation,
+    name: &LeaseName,
+) -> Result<()> {
+    access
+        .as_ref()
+        .map_or(Ok(()), |access| access.authorize(operation, name))
+}
+
+/// [`StreamAccess::reloaded`], or never when access control is off (`None`).
+pub async fn reloaded(access: &mut Option<StreamAccess>) {
+    match access {
+        Some(access) => access.reloaded().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn read_tokens(path: &Path) -> Result<HashMap<Arc<str>, Principal>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read auth tokens {}: {e}", path.display()))?;
     let file: TokensFile = serde_json::from_str(&text)
@@ -166,12 +267,14 @@ fn read_tokens(path: &Path) -> Result<HashMap<String, Principal>, String> {
                 path.display()
             ));
         }
+        let token: Arc<str> = entry.token.into();
         let principal = Principal {
             client: entry.client,
+            token: token.clone(),
             prefixes: entry.prefixes,
             operations: entry.operations,
         };
-        if by_token.insert(entry.token, principal).is_some() {
+        if by_token.insert(token, principal).is_some() {
             return Err(format!("a token appears twice in {}", path.display()));
         }
     }
@@ -186,6 +289,7 @@ mod tests {
     fn principal(prefixes: &[&str], operations: &[Operation]) -> Principal {
         Principal {
             client: "ops".into(),
+            token: "0123456789abcdef".into(),
             prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
             operations: operations.to_vec(),
         }

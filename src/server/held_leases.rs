@@ -245,6 +245,16 @@ impl StreamLeases {
         }
     }
 
+    /// The names the stream holds leases of (some may have expired unnoticed).
+    pub fn names(&self) -> Vec<LeaseName> {
+        let set = lock(&self.set);
+        // Each was a valid name when its renewal was accepted.
+        set.held
+            .keys()
+            .filter_map(|name| crate::lease::limits::parse_name(name).ok())
+            .collect()
+    }
+
     /// How many leases the stream holds now (some may have expired unnoticed).
     #[cfg(test)]
     fn len(&self) -> usize {

@@ -8,10 +8,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status, Streaming};
 
 use super::{
-    auth::{Operation, Principal},
+    auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
     held_leases::StreamLeases,
     rpc_metrics::StreamRecorder,
-    service::{LeaseServiceImpl, ResponseStream, authorize},
+    service::{LeaseServiceImpl, ResponseStream},
 };
 use crate::{
     error::{Error, Result},
@@ -34,6 +34,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let limits = self.limits.clone();
         let held = self.held_leases.stream(self.max_leases_per_renew_stream);
         let shutdown = self.shutdown.clone();
+        let mut access = self.stream_access(principal);
         tokio::spawn(async move {
             let mut recorder = StreamRecorder::start("Renew");
             loop {
@@ -42,6 +43,16 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                     _ = responses.closed() => return,
                     _ = shutdown.fired() => {
                         let status = Status::from(Error::ShuttingDown);
+                        recorder.finish(status.code());
+                        let _ = responses.send(Err(status)).await;
+                        return;
+                    }
+                    _ = reloaded(&mut access) => {
+                        let Err(error) = may_still_renew(&access, &held) else {
+                            continue;
+                        };
+                        metrics().streams_ended_by_reload.inc();
+                        let status = Status::from(error);
                         recorder.finish(status.code());
                         let _ = responses.send(Err(status)).await;
                         return;
@@ -64,7 +75,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                 };
                 // Boxed: the store's future (about 8 KB on Redis) then takes memory only while a
                 // renewal is in flight, not for as long as the stream stays open.
-                let answer = Box::pin(renew_one(&*store, &limits, &principal, request, &held))
+                let answer = Box::pin(renew_one(&*store, &limits, &access, request, &held))
                     .await
                     .map_err(Status::from);
                 if let Err(status) = &answer {
@@ -80,17 +91,29 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
     }
 }
 
+/// After a reload: whether the stream's token may still renew every lease the stream holds.
+/// If not, the stream ends at once rather than at its next renewal, which may be a TTL away.
+fn may_still_renew(access: &Option<StreamAccess>, held: &StreamLeases) -> Result<()> {
+    if let Some(access) = access {
+        access.authorize_operation(Operation::Renew)?;
+    }
+    held.names()
+        .iter()
+        .try_for_each(|name| authorize_stream(access, Operation::Renew, name))
+}
+
 async fn renew_one<S: LeaseStore>(
     store: &Replica<S>,
     limits: &Limits,
-    principal: &Option<Principal>,
+    access: &Option<StreamAccess>,
     request: RenewRequest,
     held: &StreamLeases,
 ) -> Result<RenewResponse> {
     let name = parse_name(&request.name)?;
     let lease_id = parse_lease_id(&request.lease_id)?;
     let ttl = limits.renew_ttl(request.ttl_ms)?;
-    authorize(principal, Operation::Renew, &name)?;
+    // The tokens in force now, not those the stream opened with.
+    authorize_stream(access, Operation::Renew, &name)?;
     // Refused before the store is asked, so that a refused renewal extends nothing.
     if !held.has_room_for(&name) {
         return Err(Error::ResourceExhausted(format!(

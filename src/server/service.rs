@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{
     ServerOptions,
-    auth::{Authenticator, Operation, Principal},
+    auth::{Authenticator, Operation, Principal, StreamAccess},
     held_leases::HeldLeases,
     rpc_metrics,
 };
@@ -58,6 +58,12 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         request: &Request<T>,
     ) -> crate::error::Result<Option<Principal>> {
         authenticate(&self.auth, request)
+    }
+
+    /// The caller of a stream, checked again for each message and after each reload.
+    pub(super) fn stream_access(&self, principal: Option<Principal>) -> Option<StreamAccess> {
+        let auth = self.auth.clone()?;
+        Some(StreamAccess::new(auth, principal?))
     }
 }
 

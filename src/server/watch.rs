@@ -1,15 +1,15 @@
 //! `Watch`: a server stream of a lease's changes of holder, a snapshot first. The events come
 //! from the name's watch in the core ([`crate::lease::watch`]); this only turns them into proto
-//! messages and ends the stream on shutdown.
+//! messages and ends the stream on shutdown, or once a tokens reload takes the name from its caller.
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
 
 use super::{
-    auth::{Operation, Principal},
+    auth::{Operation, Principal, authorize_stream, reloaded},
     rpc_metrics::StreamRecorder,
-    service::{LeaseServiceImpl, ResponseStream, authorize, holder_info},
+    service::{LeaseServiceImpl, ResponseStream, holder_info},
 };
 use crate::{
     error::{Error, Result},
@@ -18,6 +18,7 @@ use crate::{
         limits::parse_name,
         watch::{UpdateCause, Watch},
     },
+    metrics::metrics,
     proto::{self, WatchRequest, watch_event::Cause},
 };
 
@@ -32,7 +33,8 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         request: WatchRequest,
     ) -> Result<Response<ResponseStream<proto::WatchEvent>>> {
         let name = parse_name(&request.name)?;
-        authorize(&principal, Operation::Watch, &name)?;
+        let mut access = self.stream_access(principal);
+        authorize_stream(&access, Operation::Watch, &name)?;
         let mut watch = Watch::start(&self.store, name.clone());
         let shutdown = self.shutdown.clone();
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
@@ -44,6 +46,14 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                     event = watch.next() => event,
                     _ = events.closed() => return,
                     _ = shutdown.fired() => Err(Error::ShuttingDown),
+                    // A reload that took the name or `watch` from the token ends the stream.
+                    _ = reloaded(&mut access) => match authorize_stream(&access, Operation::Watch, &name) {
+                        Ok(()) => continue,
+                        Err(error) => {
+                            metrics().streams_ended_by_reload.inc();
+                            Err(error)
+                        }
+                    },
                 };
                 let message = match event {
                     Ok(event) => Ok(to_proto(&name, event)),

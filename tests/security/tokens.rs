@@ -1,10 +1,7 @@
-//! Bearer tokens: they authenticate and authorize every lease RPC, SIGHUP reloads them without
-//! dropping streams, and a non-loopback listen without auth is refused.
+//! Bearer tokens: they authenticate and authorize every lease RPC, SIGHUP reloads them (open
+//! streams included), and a non-loopback listen without auth is refused.
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::{process::Command, time::Duration};
 
 use crate::common::*;
 use crate::{
@@ -12,10 +9,15 @@ use crate::{
 };
 use leased::{
     config::ServeConfig,
-    proto::{DescribeRequest, ReleaseRequest, RenewRequest, renew_response},
+    proto::{
+        AcquireRequest, DescribeRequest, Granted, ReleaseRequest, RenewRequest, RenewResponse,
+        WatchEvent, WatchRequest, acquire_response, lease_service_client::LeaseServiceClient,
+        renew_response,
+    },
 };
 use tokio_stream::StreamExt;
 use tonic::Code;
+use tonic::transport::Channel;
 
 /// Every access-control outcome on every RPC: no or unknown token is UNAUTHENTICATED; a name
 /// outside the token's prefixes or an operation it lacks is PERMISSION_DENIED; allowed calls work.
@@ -165,50 +167,92 @@ async fn bearer_tokens_authenticate_and_authorize_every_rpc() {
 }
 
 /// SIGHUP reloads the tokens file: a new token works, a removed one stops working for new calls,
-/// and a Renew stream opened with the removed token keeps being served.
+/// and streams opened before the reload lose what the reload took away: a removed token's Renew
+/// stream, Watch stream and waiting Acquire end with UNAUTHENTICATED, a token narrowed away from
+/// a name gets PERMISSION_DENIED on its Watch of that name, and a token the reload kept keeps
+/// renewing on its stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_reloads_tokens_without_dropping_streams() {
+async fn sighup_reload_applies_to_open_streams() {
+    const KEEPER_TOKEN: &str = "keeper-token-0123456789abcd";
+    let keeper = (
+        "keeper",
+        KEEPER_TOKEN,
+        &["payments/"][..],
+        &["acquire", "renew", "describe"][..],
+    );
     let redis = RedisServer::start();
     let tokens = tokens_file();
+    write_tokens(
+        &tokens,
+        &[
+            (
+                "payments",
+                PAYMENTS_TOKEN,
+                &["payments/"],
+                &["acquire", "renew", "release", "describe", "watch"],
+            ),
+            ("reader", READER_TOKEN, &[""], &["describe", "watch"]),
+            keeper,
+        ],
+    );
+    let metrics_port = free_port();
     let server = LeasedProcess::serve()
         .redis(&redis.url())
-        .args(["--auth-tokens", &tokens.display().to_string()])
+        .args([
+            "--auth-tokens".to_owned(),
+            tokens.display().to_string(),
+            "--metrics-listen".to_owned(),
+            format!("127.0.0.1:{metrics_port}"),
+        ])
         .start()
         .await;
     let mut client = server.client().await;
-    let mut stream = client
+
+    // Streams of the token the reload removes: a Renew stream holding a lease, a Watch, and an
+    // Acquire waiting behind that lease.
+    let granted = acquire_with(&mut client, "payments/rotating", PAYMENTS_TOKEN).await;
+    let (mut renewals, mut renewed) = open_renew_stream(&mut client, PAYMENTS_TOKEN).await;
+    renew_on(&mut renewals, &mut renewed, &granted)
+        .await
+        .unwrap();
+    let mut removed_watch =
+        watch_with_token(&mut client, "payments/rotating", PAYMENTS_TOKEN).await;
+    let mut waiting = client
         .acquire(with_token(
-            acquire_request("payments/rotating"),
+            AcquireRequest {
+                wait_ms: 60_000,
+                ..acquire_request("payments/rotating")
+            },
             Some(PAYMENTS_TOKEN),
         ))
         .await
         .unwrap()
         .into_inner();
-    let granted = match stream.next().await.unwrap().unwrap().result.unwrap() {
-        leased::proto::acquire_response::Result::Granted(granted) => granted,
-        other => panic!("{other:?}"),
-    };
-    let (renewals, receiver) = tokio::sync::mpsc::channel(1);
-    let mut responses = client
-        .renew(with_token(
-            tokio_stream::wrappers::ReceiverStream::new(receiver),
-            Some(PAYMENTS_TOKEN),
-        ))
+    assert!(matches!(
+        waiting.next().await.unwrap().unwrap().result,
+        Some(acquire_response::Result::Waiting(_))
+    ));
+    // A Watch of the token the reload narrows to other names.
+    let mut narrowed_watch = watch_with_token(&mut client, "payments/rotating", READER_TOKEN).await;
+    // A Renew stream of the token the reload keeps.
+    let kept = acquire_with(&mut client, "payments/kept", KEEPER_TOKEN).await;
+    let (mut kept_renewals, mut kept_renewed) = open_renew_stream(&mut client, KEEPER_TOKEN).await;
+    renew_on(&mut kept_renewals, &mut kept_renewed, &kept)
         .await
-        .unwrap()
-        .into_inner();
-    let renewal = renewal(&granted, 0);
-    renewals.send(renewal.clone()).await.unwrap();
-    assert!(responses.next().await.unwrap().is_ok());
+        .unwrap();
 
     write_tokens(
         &tokens,
-        &[(
-            "rotated",
-            NEW_TOKEN,
-            &["payments/"],
-            &["acquire", "renew", "release", "describe"],
-        )],
+        &[
+            (
+                "rotated",
+                NEW_TOKEN,
+                &["payments/"],
+                &["acquire", "renew", "release", "describe"],
+            ),
+            ("reader", READER_TOKEN, &["jobs/"], &["describe", "watch"]),
+            keeper,
+        ],
     );
     let pid = server.pid().to_string();
     assert!(
@@ -218,44 +262,130 @@ async fn sighup_reloads_tokens_without_dropping_streams() {
             .unwrap()
             .success()
     );
-    let start = Instant::now();
-    loop {
-        let describe = with_token(
+
+    // Each affected stream ends at once, without a message from its client.
+    let within = Duration::from_secs(5);
+    let ended = |result: Option<Result<_, tonic::Status>>| match result {
+        Some(Err(status)) => status.code(),
+        other => panic!("expected the stream to end with an error, got {other:?}"),
+    };
+    let renew_end = tokio::time::timeout(within, renewed.next()).await.unwrap();
+    assert_eq!(ended(renew_end.map(|r| r.map(drop))), Code::Unauthenticated);
+    let watch_end = tokio::time::timeout(within, removed_watch.next())
+        .await
+        .unwrap();
+    assert_eq!(ended(watch_end.map(|r| r.map(drop))), Code::Unauthenticated);
+    let acquire_end = tokio::time::timeout(within, waiting.next()).await.unwrap();
+    assert_eq!(
+        ended(acquire_end.map(|r| r.map(drop))),
+        Code::Unauthenticated
+    );
+    let narrowed_end = tokio::time::timeout(within, narrowed_watch.next())
+        .await
+        .unwrap();
+    assert_eq!(
+        ended(narrowed_end.map(|r| r.map(drop))),
+        Code::PermissionDenied
+    );
+
+    // New calls: the new token works, the removed one does not.
+    let describe = |token| {
+        with_token(
             DescribeRequest {
                 name: "payments/rotating".into(),
             },
-            Some(NEW_TOKEN),
-        );
-        if client.describe(describe).await.is_ok() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the new token never worked"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let describe = with_token(
-        DescribeRequest {
-            name: "payments/rotating".into(),
-        },
-        Some(PAYMENTS_TOKEN),
-    );
+            Some(token),
+        )
+    };
+    client.describe(describe(NEW_TOKEN)).await.unwrap();
     assert_eq!(
-        client.describe(describe).await.unwrap_err().code(),
+        client
+            .describe(describe(PAYMENTS_TOKEN))
+            .await
+            .unwrap_err()
+            .code(),
         Code::Unauthenticated
     );
+    // The kept token's stream renews as before.
+    renew_on(&mut kept_renewals, &mut kept_renewed, &kept)
+        .await
+        .expect("the kept token's stream still renews");
+    let metrics = scrape_metrics(metrics_port);
+    assert_eq!(
+        metric_sample(&metrics, "leased_streams_ended_by_reload_total"),
+        4.0
+    );
+}
 
-    renewals.send(renewal).await.unwrap();
-    let response = responses
-        .next()
+/// A granted lease of `token`.
+async fn acquire_with(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    token: &str,
+) -> Granted {
+    let mut stream = client
+        .acquire(with_token(acquire_request(name), Some(token)))
         .await
         .unwrap()
-        .expect("the open stream survives the reload");
-    assert!(matches!(
-        response.result,
-        Some(renew_response::Result::Renewed(_))
-    ));
+        .into_inner();
+    match stream.next().await.unwrap().unwrap().result.unwrap() {
+        acquire_response::Result::Granted(granted) => granted,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A Renew stream opened with `token`: where to send renewals, and the answers.
+async fn open_renew_stream(
+    client: &mut LeaseServiceClient<Channel>,
+    token: &str,
+) -> (
+    tokio::sync::mpsc::Sender<RenewRequest>,
+    tonic::Streaming<RenewResponse>,
+) {
+    let (renewals, receiver) = tokio::sync::mpsc::channel(1);
+    let responses = client
+        .renew(with_token(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+            Some(token),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    (renewals, responses)
+}
+
+/// Renews `granted` once on an open stream: Ok if renewed.
+async fn renew_on(
+    renewals: &mut tokio::sync::mpsc::Sender<RenewRequest>,
+    responses: &mut tonic::Streaming<RenewResponse>,
+    granted: &Granted,
+) -> Result<(), String> {
+    renewals
+        .send(renewal(granted, 0))
+        .await
+        .map_err(|_| "stream closed".to_owned())?;
+    match responses.next().await {
+        Some(Ok(RenewResponse {
+            result: Some(renew_response::Result::Renewed(_)),
+            ..
+        })) => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// A Watch stream of `name` opened with `token`, past its first event.
+async fn watch_with_token(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    token: &str,
+) -> tonic::Streaming<WatchEvent> {
+    let mut events = client
+        .watch(with_token(WatchRequest { name: name.into() }, Some(token)))
+        .await
+        .unwrap()
+        .into_inner();
+    events.next().await.unwrap().unwrap();
+    events
 }
 
 /// `leased serve` refuses a non-loopback address without access control, before binding it.
