@@ -5,15 +5,23 @@ no helm binary). Every rendered core object is validated with `kubernetes-valida
 (offline JSON schemas of the Kubernetes API, unknown fields rejected) against the oldest
 Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest that kubernetes-validate
 bundles. kubernetes-validate has no schema for CRDs such as the Prometheus Operator's
-ServiceMonitor (it only prints a WARN and passes), so this file keeps those out of its input and
-checks them against a small structural schema of its own instead (see SERVICE_MONITOR_SCHEMA).
+ServiceMonitor and PodMonitor (it only prints a WARN and passes), so this file keeps those out of
+its input and checks them against small structural schemas of its own instead (see
+SERVICE_MONITOR_SCHEMA and POD_MONITOR_SCHEMA).
+
+`lookup` finds nothing in an offline render, so every render here makes a new token for the
+chart-made tokens Secret; that the token survives `helm upgrade` (lookup reads it back) needs a
+cluster and is not tested here.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
+import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +44,18 @@ OLDEST_KUBERNETES = "1.27.0"
 NEWEST_KUBERNETES = "1.37.0"
 
 # Kinds kubernetes-validate has schemas for; anything else must be checked here by hand.
-CORE_API_VERSIONS = {"v1", "apps/v1", "policy/v1", "autoscaling/v2"}
+CORE_API_VERSIONS = {"v1", "apps/v1", "policy/v1", "autoscaling/v2", "networking.k8s.io/v1"}
+
+# Every operation a token may have (docs/src/operations/security.md); the chart-made admin token
+# has them all.
+OPERATIONS = ["acquire", "renew", "release", "describe", "watch", "check", "list", "revoke"]
+
+# Running without access control takes both of these (the chart refuses auth.enabled=false alone).
+INSECURE = {"enabled": False, "insecure": True}
+
+MONITORING_NAMESPACE = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+}
 
 EVERYTHING_ON = {
     "tls": {
@@ -47,6 +66,7 @@ EVERYTHING_ON = {
     "auth": {"enabled": True, "existingSecret": "leased-tokens"},
     "metrics": {
         "enabled": True,
+        "service": {"enabled": True},
         "serviceMonitor": {
             "enabled": True,
             "namespace": "monitoring",
@@ -111,6 +131,51 @@ EVERYTHING_ON = {
     },
     "serviceAccount": {"name": "leased-sa", "annotations": {"example.com/role": "none"}},
     "service": {"type": "ClusterIP", "port": 443, "annotations": {"example.com/lb": "grpc"}},
+    "networkPolicy": {
+        "grpcFrom": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "payments"}}},
+            {
+                "podSelector": {
+                    "matchExpressions": [{"key": "team", "operator": "In", "values": ["platform"]}]
+                }
+            },
+        ],
+        "metricsFrom": [
+            {
+                **MONITORING_NAMESPACE,
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+            }
+        ],
+        "healthFrom": [{"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.0.255.0/24"]}}],
+        "extraIngress": [
+            {
+                "from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}],
+                "ports": [{"port": 50051, "protocol": "TCP"}],
+            }
+        ],
+    },
+}
+
+# Metrics scraped by a PodMonitor, from the pods' container port: nothing on the Service.
+POD_MONITOR = {
+    "metrics": {
+        "enabled": True,
+        "podMonitor": {
+            "enabled": True,
+            "namespace": "monitoring",
+            "labels": {"release": "prometheus"},
+            "annotations": {"example.com/owner": "platform"},
+            "interval": "15s",
+            "scrapeTimeout": "5s",
+            "relabelings": [
+                {"action": "replace", "targetLabel": "team", "replacement": "platform"}
+            ],
+            "metricRelabelings": [
+                {"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}
+            ],
+        },
+    },
+    "networkPolicy": {"metricsFrom": [MONITORING_NAMESPACE]},
 }
 
 # name -> (values, Kubernetes versions to validate against)
@@ -124,6 +189,7 @@ SCENARIOS = {
     "tls-only-plain-redis-url": (
         {
             "tls": {"enabled": True, "secretName": "leased-tls"},
+            "auth": INSECURE,
             "redis": {"url": "rediss://:s3cret@redis.example.internal:6380/0"},
             "metrics": {"enabled": True},
             "serviceAccount": {"create": False, "name": "shared"},
@@ -136,6 +202,24 @@ SCENARIOS = {
     "prestop-sleep": (
         {"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}, "terminationGracePeriodSeconds": 20},
         ("1.30.0", NEWEST_KUBERNETES),
+    ),
+    "pod-monitor": (POD_MONITOR, (OLDEST_KUBERNETES, NEWEST_KUBERNETES)),
+    # Auth on (the default) permits a LoadBalancer; the NetworkPolicy then needs the clients.
+    "load-balancer-with-auth": (
+        {
+            "service": {"type": "LoadBalancer"},
+            "networkPolicy": {"grpcFrom": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]},
+        },
+        (OLDEST_KUBERNETES, NEWEST_KUBERNETES),
+    ),
+    # No peers at all: the NetworkPolicy closes every port (ingress: []).
+    "network-policy-closed": (
+        {"networkPolicy": {"grpcFrom": []}, "metrics": {"enabled": True}},
+        (OLDEST_KUBERNETES, NEWEST_KUBERNETES),
+    ),
+    "insecure-without-network-policy": (
+        {"auth": INSECURE, "networkPolicy": {"enabled": False}},
+        (OLDEST_KUBERNETES, NEWEST_KUBERNETES),
     ),
 }
 
@@ -209,6 +293,16 @@ SERVICE_MONITOR_SCHEMA = {
     },
 }
 
+# The same for a PodMonitor: its endpoints are podMetricsEndpoints, whose port names a container
+# port of the selected pods.
+POD_MONITOR_SCHEMA = copy.deepcopy(SERVICE_MONITOR_SCHEMA)
+POD_MONITOR_SCHEMA["properties"]["kind"] = {"const": "PodMonitor"}
+_pod_spec = POD_MONITOR_SCHEMA["properties"]["spec"]
+_pod_spec["properties"]["podMetricsEndpoints"] = _pod_spec["properties"].pop("endpoints")
+_pod_spec["required"] = ["selector", "podMetricsEndpoints"]
+
+CUSTOM_SCHEMAS = {"ServiceMonitor": SERVICE_MONITOR_SCHEMA, "PodMonitor": POD_MONITOR_SCHEMA}
+
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -237,6 +331,11 @@ def render(chart, values):
 def find(objects, kind):
     found = [o for o in objects if o["kind"] == kind]
     assert len(found) <= 1, f"more than one {kind}"
+    return found[0] if found else None
+
+
+def find_named(objects, kind, name):
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     return found[0] if found else None
 
 
@@ -349,8 +448,8 @@ def test_rendered_manifests_are_valid(chart, scenario, tmp_path):
     kubernetes_validate(tmp_path, core, versions)
     # Anything kubernetes-validate cannot check must be a kind this file checks itself.
     for o in custom:
-        assert o["kind"] == "ServiceMonitor", f"no validation for {o['apiVersion']} {o['kind']}"
-        jsonschema.validate(o, SERVICE_MONITOR_SCHEMA)
+        assert o["kind"] in CUSTOM_SCHEMAS, f"no validation for {o['apiVersion']} {o['kind']}"
+        jsonschema.validate(o, CUSTOM_SCHEMAS[o["kind"]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,7 +462,9 @@ def test_defaults(chart):
     assert kinds == [
         "ConfigMap",
         "Deployment",
+        "NetworkPolicy",
         "PodDisruptionBudget",
+        "Secret",
         "Secret",
         "Service",
         "ServiceAccount",
@@ -385,15 +486,53 @@ def test_defaults(chart):
         assert leased[probe]["grpc"] == {"port": 50051, "service": service}, probe
         assert not {"httpGet", "tcpSocket", "exec"} & leased[probe].keys()
 
-    # No auth: the chart must opt in to a non-loopback listener, or leased refuses to start.
-    assert env["LEASED_INSECURE_LISTEN"]["value"] == "true"
-    assert "LEASED_AUTH_TOKENS" not in env
+    # Auth on: the chart makes a tokens Secret with one admin token and mounts it; leased needs
+    # no insecure opt-in.
+    tokens_secret = find_named(objects, "Secret", f"{FULLNAME}-tokens")
+    assert tokens_secret is not None
+    assert tokens_secret["type"] == "Opaque"
+    assert "helm.sh/resource-policy" not in tokens_secret["metadata"].get("annotations", {})
+    assert set(tokens_secret["data"]) == {"tokens.json"}
+    tokens_file = json.loads(base64.b64decode(tokens_secret["data"]["tokens.json"]))
+    (admin,) = tokens_file["tokens"]
+    assert admin.keys() == {"client", "token", "prefixes", "operations"}
+    assert admin["client"] == "admin"
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", admin["token"]), admin["token"]
+    assert len(admin["token"]) >= 16  # leased's own minimum
+    assert admin["prefixes"] == [""]
+    assert sorted(admin["operations"]) == sorted(OPERATIONS)
+    assert env["LEASED_AUTH_TOKENS"]["value"] == "/etc/leased/auth/tokens.json"
+    assert "LEASED_INSECURE_LISTEN" not in env
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["auth-tokens"]["secret"]["secretName"] == f"{FULLNAME}-tokens"
+    assert volumes["auth-tokens"]["secret"]["items"] == [
+        {"key": "tokens.json", "path": "tokens.json"}
+    ]
+    (mount,) = leased["volumeMounts"]
+    assert mount == {"name": "auth-tokens", "mountPath": "/etc/leased/auth", "readOnly": True}
     assert "LEASED_TLS_CERT" not in env and "LEASED_HEALTH_LISTEN" not in env
     assert "LEASED_METRICS_LISTEN" not in env
-    assert "WARNING: access control is off" in notes
+    assert "WARNING" not in notes
+    assert (
+        f"kubectl --namespace {NAMESPACE} get secret {FULLNAME}-tokens "
+        "-o jsonpath='{.data.tokens\\.json}' | base64 -d"
+    ) in notes
+    assert "auth.existingSecret" in notes, "NOTES must point at per-client tokens"
+    # The token is the secret: it appears nowhere but in its Secret.
+    assert admin["token"] not in json.dumps([o for o in objects if o is not tokens_secret])
+
+    # The NetworkPolicy admits gRPC from the release's namespace only, nothing else.
+    policy = find(objects, "NetworkPolicy")
+    assert policy["metadata"]["name"] == FULLNAME
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {}}], "ports": [{"port": "grpc", "protocol": "TCP"}]}
+    ]
+    assert {p["name"] for p in leased["ports"]} == {"grpc"}
 
     # The Redis URL comes from the chart-made Secret, never from plain env or the ConfigMap.
-    secret = find(objects, "Secret")
+    secret = find_named(objects, "Secret", f"{FULLNAME}-redis")
     assert secret["type"] == "Opaque"
     assert set(secret["data"]) == {"redis-url"}
     assert env["LEASED_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
@@ -403,7 +542,7 @@ def test_defaults(chart):
     assert "LEASED_REDIS_URL" not in config_map_data(objects)
     assert leased["envFrom"] == [{"configMapRef": {"name": FULLNAME}}]
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-    assert {"checksum/config", "checksum/secret"} <= annotations.keys()
+    assert {"checksum/config", "checksum/secret", "checksum/auth-tokens"} <= annotations.keys()
 
     # Settings: every documented flag has its variable, with the documented default.
     assert config_map_data(objects) == {
@@ -496,6 +635,10 @@ def test_everything_on(chart):
     assert "LEASED_INSECURE_LISTEN" not in env
     assert all(m["readOnly"] for m in mounts.values())
     assert 'authorization: Bearer $TOKEN' in notes
+    # The tokens are the operator's: the chart makes no tokens Secret and cannot checksum them.
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/auth-tokens" not in annotations
+    assert "Secret leased-tokens" in notes
     assert "-cert client.crt -key client.key" in notes
 
     # Redis from an existing Secret: the chart makes none.
@@ -505,7 +648,8 @@ def test_everything_on(chart):
     }
     assert find(objects, "Secret") is None
 
-    # Metrics: env, Service port, ServiceMonitor scraping that port from the release namespace.
+    # Metrics: env, Service port (metrics.service.enabled), ServiceMonitor scraping that port
+    # from the release namespace.
     assert env["LEASED_METRICS_LISTEN"]["value"] == "0.0.0.0:9090"
     service = find(objects, "Service")
     service_ports = {p["name"]: p for p in service["spec"]["ports"]}
@@ -520,6 +664,22 @@ def test_everything_on(chart):
     assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
+    assert find(objects, "PodMonitor") is None
+
+    # NetworkPolicy: one rule per port, each from its own peers, then the extra rules as given.
+    network = EVERYTHING_ON["networkPolicy"]
+    policy = find(objects, "NetworkPolicy")
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    assert policy["spec"]["ingress"] == [
+        {"from": network["grpcFrom"], "ports": [{"port": "grpc", "protocol": "TCP"}]},
+        {"from": network["metricsFrom"], "ports": [{"port": "metrics", "protocol": "TCP"}]},
+        # With TLS the kubelet probes the plaintext health port.
+        {"from": network["healthFrom"], "ports": [{"port": "health", "protocol": "TCP"}]},
+        *network["extraIngress"],
+    ]
+    # Every named port of a rule is a port of the container.
+    named = {p["port"] for rule in policy["spec"]["ingress"] for p in rule.get("ports", [])}
+    assert {n for n in named if isinstance(n, str)} <= ports.keys()
 
     # HPA owns the replica count.
     hpa = find(objects, "HorizontalPodAutoscaler")
@@ -560,25 +720,215 @@ def test_in_process_store_with_one_replica(chart):
     objects, notes = render(chart, SCENARIOS["in-process-single-replica"][0])
     env = env_of(container(objects))
     assert "LEASED_REDIS_URL" not in env
-    assert find(objects, "Secret") is None
+    assert find_named(objects, "Secret", f"{FULLNAME}-redis") is None
+    secrets = [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"]
+    assert secrets == [f"{FULLNAME}-tokens"]
     assert find(objects, "Deployment")["spec"]["replicas"] == 1
     assert "in-process" in notes
 
 
 def test_tls_without_mtls_and_a_plain_redis_url(chart):
     values = SCENARIOS["tls-only-plain-redis-url"][0]
-    objects, _ = render(chart, values)
+    objects, notes = render(chart, values)
     leased = container(objects)
     env = env_of(leased)
     assert "LEASED_TLS_CLIENT_CA" not in env
     assert leased["readinessProbe"]["grpc"]["port"] == 50052
-    assert "LEASED_INSECURE_LISTEN" in env, "TLS is not access control"
-    secret = find(objects, "Secret")
+    # auth.insecure: TLS is not access control, so leased must still be told to listen without it.
+    assert env["LEASED_INSECURE_LISTEN"]["value"] == "true"
+    assert "LEASED_AUTH_TOKENS" not in env
+    assert "WARNING: ACCESS CONTROL IS OFF" in notes
+    # Metrics on, but neither on the Service nor open to anyone (metricsFrom is empty).
+    assert env["LEASED_METRICS_LISTEN"]["value"] == "0.0.0.0:9090"
+    assert [p["name"] for p in find(objects, "Service")["spec"]["ports"]] == ["grpc"]
+    assert find(objects, "NetworkPolicy")["spec"]["ingress"] == [
+        {"from": [{"podSelector": {}}], "ports": [{"port": "grpc", "protocol": "TCP"}]}
+    ]
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
     stored = secret["data"]["redis-url"]
     assert base64.b64decode(stored).decode() == values["redis"]["url"]
     assert values["redis"]["url"] not in json.dumps(objects).replace(stored, "")
     assert find(objects, "ServiceAccount") is None
     assert find(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "shared"
+
+
+# ---------------------------------------------------------------------------------------------
+# Access control, the metrics port and the NetworkPolicy (security review, issue 32)
+
+
+def test_generated_token_is_random_and_rolls_the_pods(chart):
+    """Offline, `lookup` finds no stored Secret, so each render makes a new token (in a cluster
+    the stored one is read back and the checksum stays put)."""
+
+    def token_and_checksum():
+        objects, _ = render(chart, {})
+        secret = find_named(objects, "Secret", f"{FULLNAME}-tokens")
+        (admin,) = json.loads(base64.b64decode(secret["data"]["tokens.json"]))["tokens"]
+        annotations = find(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        return admin["token"], annotations["checksum/auth-tokens"]
+
+    (first, first_sum), (second, second_sum) = token_and_checksum(), token_and_checksum()
+    assert first != second
+    assert first_sum != second_sum
+
+
+def test_stored_tokens_file_is_kept(tmp_path):
+    """What `helm upgrade` does when `lookup` finds the chart-made Secret: keep its file as it is.
+    Offline `lookup` finds nothing, so this renders a copy of the chart whose lookup returns a
+    stored Secret."""
+    copy_dir = tmp_path / "leased"
+    shutil.copytree(CHART, copy_dir)
+    helpers = copy_dir / "templates" / "_helpers.tpl"
+    stored = {
+        "tokens": [{"client": "ops", "token": "s" * 32, "prefixes": [""], "operations": ["list"]}]
+    }
+    stored_b64 = base64.b64encode(json.dumps(stored).encode()).decode()
+    lookup = 'lookup "v1" "Secret" .Release.Namespace $name'
+    text = helpers.read_text()
+    assert text.count(lookup) == 1, "the tokens helper no longer looks the Secret up"
+    helpers.write_text(text.replace(lookup, f'dict "data" (dict "tokens.json" "{stored_b64}")'))
+
+    copied = helm.Chart.load(copy_dir)
+    try:
+        renders = [render(copied, {})[0] for _ in range(2)]
+    finally:
+        copied.close()
+    for objects in renders:
+        secret = find_named(objects, "Secret", f"{FULLNAME}-tokens")
+        assert secret["data"] == {"tokens.json": stored_b64}
+        annotations = find(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+        # The checksum follows the stored file, so it stays put from one upgrade to the next.
+        assert annotations["checksum/auth-tokens"] == hashlib.sha256(stored_b64.encode()).hexdigest()
+
+
+def test_generated_tokens_secret_follows_auth_key(chart):
+    objects, _ = render(chart, {"auth": {"key": "leased-tokens.json"}})
+    secret = find_named(objects, "Secret", f"{FULLNAME}-tokens")
+    assert set(secret["data"]) == {"leased-tokens.json"}
+    assert json.loads(base64.b64decode(secret["data"]["leased-tokens.json"]))["tokens"]
+    env = env_of(container(objects))
+    assert env["LEASED_AUTH_TOKENS"]["value"] == "/etc/leased/auth/leased-tokens.json"
+
+
+def test_insecure_mode(chart):
+    objects, notes = render(chart, SCENARIOS["insecure-without-network-policy"][0])
+    leased = container(objects)
+    env = env_of(leased)
+    assert env["LEASED_INSECURE_LISTEN"]["value"] == "true"
+    assert "LEASED_AUTH_TOKENS" not in env
+    assert "volumeMounts" not in leased
+    assert find_named(objects, "Secret", f"{FULLNAME}-tokens") is None
+    annotations = find(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "checksum/auth-tokens" not in annotations
+    assert find(objects, "NetworkPolicy") is None
+    assert "WARNING: ACCESS CONTROL IS OFF (auth.enabled=false, auth.insecure=true)" in notes
+    assert "networkPolicy.enabled is false too" in notes
+
+
+@pytest.mark.parametrize("service_enabled", [False, True])
+def test_metrics_port_is_on_the_service_only_when_asked(chart, service_enabled):
+    objects, notes = render(
+        chart, {"metrics": {"enabled": True, "service": {"enabled": service_enabled}}}
+    )
+    leased = container(objects)
+    ports = {p["name"]: p["containerPort"] for p in leased["ports"]}
+    assert ports == {"grpc": 50051, "metrics": 9090}
+    assert env_of(leased)["LEASED_METRICS_LISTEN"]["value"] == "0.0.0.0:9090"
+    service_ports = {p["name"]: p for p in find(objects, "Service")["spec"]["ports"]}
+    if service_enabled:
+        assert service_ports["metrics"] == {
+            "name": "metrics",
+            "port": 9090,
+            "targetPort": "metrics",
+            "protocol": "TCP",
+            "appProtocol": "http",
+        }
+        assert f"http://{FULLNAME}.{NAMESPACE}.svc:9090/metrics" in notes
+    else:
+        assert service_ports.keys() == {"grpc"}
+        assert "not on the Service" in notes
+    # Either way, nobody may scrape until networkPolicy.metricsFrom names Prometheus.
+    rules = find(objects, "NetworkPolicy")["spec"]["ingress"]
+    assert [p["port"] for rule in rules for p in rule["ports"]] == ["grpc"]
+    assert "metricsFrom is empty" in notes
+
+
+def test_pod_monitor(chart):
+    objects, notes = render(chart, POD_MONITOR)
+    deployment = find(objects, "Deployment")
+    leased = container(objects)
+    monitor = find(objects, "PodMonitor")
+    values = POD_MONITOR["metrics"]["podMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["name"] == FULLNAME
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["metadata"]["annotations"] == values["annotations"]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    # It selects the release's pods and scrapes their "metrics" container port.
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint == {
+        "port": "metrics",
+        "path": "/metrics",
+        "scheme": "http",
+        "interval": "15s",
+        "scrapeTimeout": "5s",
+        "relabelings": values["relabelings"],
+        "metricRelabelings": values["metricRelabelings"],
+    }
+    assert "metrics" in {p["name"] for p in leased["ports"]}
+    # No Service port and no ServiceMonitor needed.
+    assert [p["name"] for p in find(objects, "Service")["spec"]["ports"]] == ["grpc"]
+    assert find(objects, "ServiceMonitor") is None
+    # The NetworkPolicy lets the monitoring namespace (and only it) reach the metrics port.
+    assert find(objects, "NetworkPolicy")["spec"]["ingress"][1] == {
+        "from": [MONITORING_NAMESPACE],
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+    }
+    assert f"scraped via PodMonitor {FULLNAME}" in notes
+
+    # In the release namespace: no namespaceSelector needed.
+    objects, _ = render(chart, {"metrics": {"enabled": True, "podMonitor": {"enabled": True}}})
+    monitor = find(objects, "PodMonitor")
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    assert "namespaceSelector" not in monitor["spec"]
+
+
+def test_network_policy_without_tls_lets_health_peers_reach_the_grpc_port(chart):
+    """Without TLS the kubelet probes the gRPC port, so healthFrom opens that one."""
+    nodes = [{"ipBlock": {"cidr": "10.0.0.0/16"}}]
+    objects, _ = render(chart, {"networkPolicy": {"healthFrom": nodes}})
+    grpc_port = [{"port": "grpc", "protocol": "TCP"}]
+    assert find(objects, "NetworkPolicy")["spec"]["ingress"] == [
+        {"from": [{"podSelector": {}}], "ports": grpc_port},
+        {"from": nodes, "ports": grpc_port},
+    ]
+
+
+def test_network_policy_with_no_peers_closes_every_port(chart):
+    objects, notes = render(chart, SCENARIOS["network-policy-closed"][0])
+    assert find(objects, "NetworkPolicy")["spec"]["ingress"] == []
+    assert "grpcFrom is empty: NO client may connect" in notes
+
+
+def test_network_policy_disabled(chart):
+    objects, notes = render(chart, {"networkPolicy": {"enabled": False}})
+    assert find(objects, "NetworkPolicy") is None
+    assert "No NetworkPolicy" in notes
+
+
+def test_load_balancer_with_auth(chart):
+    values = SCENARIOS["load-balancer-with-auth"][0]
+    objects, notes = render(chart, values)
+    assert find(objects, "Service")["spec"]["type"] == "LoadBalancer"
+    assert "LEASED_INSECURE_LISTEN" not in env_of(container(objects))
+    assert find(objects, "NetworkPolicy")["spec"]["ingress"][0]["from"] == (
+        values["networkPolicy"]["grpcFrom"]
+    )
+    assert "service.type is LoadBalancer: add the clients' addresses" in notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -601,6 +951,18 @@ def test_tls_without_mtls_and_a_plain_redis_url(chart):
         ({"config": {"redisPoolSize": 0}}, "/config/redisPoolSize"),
         ({"config": {"drainGraceSeconds": "10s"}}, "/config/drainGraceSeconds"),
         ({"auth": {"enabled": "yes"}}, "/auth/enabled"),
+        ({"auth": {"insecure": "yes"}}, "/auth/insecure"),
+        ({"metrics": {"service": {"enabled": 1}}}, "/metrics/service/enabled"),
+        ({"metrics": {"podMonitor": {"interval": "15 seconds"}}}, "/metrics/podMonitor/interval"),
+        ({"networkPolicy": {"enabled": "true"}}, "/networkPolicy/enabled"),
+        ({"networkPolicy": {"grpcFrom": {"podSelector": {}}}}, "/networkPolicy/grpcFrom"),
+        ({"networkPolicy": {"grpcFrom": [{"podSelectors": {}}]}}, "/networkPolicy/grpcFrom/0"),
+        ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
+        (
+            {"networkPolicy": {"healthFrom": [{"ipBlock": {}}]}},
+            "/networkPolicy/healthFrom/0/ipBlock",
+        ),
+        ({"networkPolicy": {"extraIngress": ["all"]}}, "/networkPolicy/extraIngress/0"),
         ({"tls": {"enabled": True, "secretName": 5}}, "/tls/secretName"),
         ({"metrics": {"serviceMonitor": {"interval": "30 seconds"}}}, "/metrics/serviceMonitor/interval"),
         ({"podDisruptionBudget": {"minAvailable": "half"}}, "/podDisruptionBudget/minAvailable"),
@@ -625,10 +987,32 @@ def test_schema_rejects(chart, values, where):
         ),
         ({"tls": {"enabled": True}}, "tls.enabled needs tls.secretName"),
         ({"tls": {"clientCA": {"enabled": True}}}, "tls.clientCA.enabled (mTLS) needs tls.enabled"),
-        ({"auth": {"enabled": True}}, "auth.enabled needs auth.existingSecret"),
+        # Running without access control takes two values, and never outside the cluster.
+        ({"auth": {"enabled": False}}, "or confirm with auth.insecure=true"),
+        ({"auth": {"insecure": True}}, "auth.insecure=true applies only with auth.enabled=false"),
+        (
+            {"auth": INSECURE, "service": {"type": "LoadBalancer"}},
+            "auth.insecure=true is refused with service.type=LoadBalancer",
+        ),
+        (
+            {"auth": INSECURE, "service": {"type": "NodePort"}},
+            "auth.insecure=true is refused with service.type=NodePort",
+        ),
         (
             {"metrics": {"serviceMonitor": {"enabled": True}}},
             "metrics.serviceMonitor.enabled needs metrics.enabled",
+        ),
+        (
+            {"metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}},
+            "metrics.serviceMonitor.enabled needs metrics.service.enabled",
+        ),
+        (
+            {"metrics": {"service": {"enabled": True}}},
+            "metrics.service.enabled needs metrics.enabled",
+        ),
+        (
+            {"metrics": {"podMonitor": {"enabled": True}}},
+            "metrics.podMonitor.enabled needs metrics.enabled",
         ),
         (
             {"terminationGracePeriodSeconds": 10},

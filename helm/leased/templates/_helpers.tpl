@@ -92,6 +92,44 @@ Secret and key holding the Redis URL; empty when the pods use their in-process s
 {{- end }}
 
 {{/*
+Secret holding the tokens file: auth.existingSecret, or the chart-made <fullname>-tokens.
+*/}}
+{{- define "leased.authSecretName" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else }}
+{{- printf "%s-tokens" (include "leased.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart-made tokens file, base64-encoded (auth.enabled without auth.existingSecret): the one
+already in the cluster when `lookup` finds the Secret, so the token survives upgrades, else a new
+file with one admin token allowed every name and every operation. randAlphaNum draws from
+crypto/rand. `lookup` finds nothing under `helm template`, `helm lint`, a client-side
+`--dry-run` or a first install, so each of those makes a new token.
+*/}}
+{{- define "leased.generatedTokensFile" -}}
+{{- $name := include "leased.authSecretName" . }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace $name | default dict }}
+{{- $stored := dig "data" .Values.auth.key "" $existing }}
+{{- if $stored }}
+{{- $stored }}
+{{- else }}
+{{- $operations := list "acquire" "renew" "release" "describe" "watch" "check" "list" "revoke" }}
+{{- $token := dict "client" "admin" "token" (randAlphaNum 48) "prefixes" (list "") "operations" $operations }}
+{{- dict "tokens" (list $token) | toJson | b64enc }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the release runs without access control (auth.enabled=false, auth.insecure=true).
+*/}}
+{{- define "leased.insecure" -}}
+{{- if and (not .Values.auth.enabled) .Values.auth.insecure }}true{{ end }}
+{{- end }}
+
+{{/*
 Port number the kubelet probes (gRPC probes take a number, not a name): the gRPC port, or the plaintext health port when the gRPC port has TLS.
 */}}
 {{- define "leased.probePortNumber" -}}
@@ -116,11 +154,26 @@ message saying what to change.
 {{- if and .Values.tls.clientCA.enabled (not .Values.tls.enabled) }}
 {{- fail "leased: tls.clientCA.enabled (mTLS) needs tls.enabled" }}
 {{- end }}
-{{- if and .Values.auth.enabled (not .Values.auth.existingSecret) }}
-{{- fail "leased: auth.enabled needs auth.existingSecret (a Secret holding the tokens file)" }}
+{{- if and (not .Values.auth.enabled) (not .Values.auth.insecure) }}
+{{- fail "leased: auth.enabled=false runs leased without access control: anyone who reaches the pods can take, release, list or revoke any lease. Keep auth.enabled=true (the chart makes a token Secret unless auth.existingSecret names yours), or confirm with auth.insecure=true as well." }}
+{{- end }}
+{{- if and .Values.auth.enabled .Values.auth.insecure }}
+{{- fail "leased: auth.insecure=true applies only with auth.enabled=false; remove auth.insecure (or set it to false) while auth is on." }}
+{{- end }}
+{{- if and (include "leased.insecure" .) (has .Values.service.type (list "LoadBalancer" "NodePort")) }}
+{{- fail (printf "leased: auth.insecure=true is refused with service.type=%s, which exposes the unauthenticated gRPC port (admin calls included) outside the cluster. Use service.type=ClusterIP, or turn auth on (auth.enabled=true, auth.insecure=false)." .Values.service.type) }}
+{{- end }}
+{{- if and .Values.metrics.service.enabled (not .Values.metrics.enabled) }}
+{{- fail "leased: metrics.service.enabled needs metrics.enabled" }}
 {{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "leased: metrics.serviceMonitor.enabled needs metrics.enabled" }}
+{{- end }}
+{{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.service.enabled) }}
+{{- fail "leased: metrics.serviceMonitor.enabled needs metrics.service.enabled (the ServiceMonitor scrapes the Service's metrics port), or use metrics.podMonitor.enabled to scrape the pods without putting the metrics port on the Service." }}
+{{- end }}
+{{- if and .Values.metrics.podMonitor.enabled (not .Values.metrics.enabled) }}
+{{- fail "leased: metrics.podMonitor.enabled needs metrics.enabled" }}
 {{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.config.drainGraceSeconds) }}
 {{- fail (printf "leased: terminationGracePeriodSeconds (%d) must exceed config.drainGraceSeconds (%d), or pods are killed mid-drain" (int .Values.terminationGracePeriodSeconds) (int .Values.config.drainGraceSeconds)) }}
