@@ -41,6 +41,18 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_KEY_PREFIX", default_value = "leased:")]
     pub key_prefix: String,
 
+    /// How long a name's fencing counter stays in Redis after its last grant ends; then nothing
+    /// of the name is left. Tokens keep increasing after it lapses (they never fall below Redis
+    /// time in microseconds) unless Redis's clock steps back by more than this.
+    #[arg(long, env = "LEASED_REDIS_COUNTER_KEEP", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub redis_counter_keep: Duration,
+
+    /// Start even though Redis's maxmemory-policy is not noeviction. A full Redis then evicts
+    /// keys, lease keys too, and an evicted lease is granted again while its holder still holds
+    /// it; the server logs an error and sets leased_redis_eviction_unsafe to 1.
+    #[arg(long, env = "LEASED_REDIS_ALLOW_EVICTION")]
+    pub redis_allow_eviction: bool,
+
     /// Concurrent HTTP/2 streams per client connection (each open Acquire or Renew is one).
     #[arg(long, env = "LEASED_MAX_CONCURRENT_STREAMS", default_value_t = 1024)]
     pub max_concurrent_streams: u32,

@@ -91,6 +91,15 @@ pub enum StartupError {
     )]
     RedisVersion(String),
 
+    /// Redis may evict keys when full, lease keys included.
+    #[error(
+        "Redis ({server}) has maxmemory-policy {policy}: when it is full it evicts keys, and an \
+         evicted lease key is a lease granted again while its holder still holds it. Set \
+         maxmemory-policy to noeviction (CONFIG SET maxmemory-policy noeviction, and in \
+         redis.conf), or pass --redis-allow-eviction to start anyway"
+    )]
+    RedisEviction { server: String, policy: String },
+
     /// The `--auth-tokens` file cannot be read or parsed.
     #[error("cannot load --auth-tokens: {0}")]
     AuthTokens(String),

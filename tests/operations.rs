@@ -375,6 +375,39 @@ fn startup_errors_name_what_to_fix() {
     }
 }
 
+/// Under a maxmemory-policy that may evict lease keys, the server refuses to start, saying what
+/// to set; `--redis-allow-eviction` starts it anyway, with `leased_redis_eviction_unsafe` at 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_redis_is_refused_unless_allowed() {
+    let redis = RedisServer::start();
+    assert_eq!(
+        redis.command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
+        "+OK"
+    );
+    let refused = LeasedProcess::serve().redis(&redis.url()).command();
+    let (status, stderr) = run_to_exit(refused, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("maxmemory-policy allkeys-lru") && stderr.contains("noeviction"),
+        "{stderr}"
+    );
+
+    let metrics_port = free_port();
+    let server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args([
+            "--redis-allow-eviction".to_owned(),
+            "--metrics-listen".to_owned(),
+            format!("127.0.0.1:{metrics_port}"),
+        ])
+        .start()
+        .await;
+    let mut client = server.client().await;
+    must_acquire(&mut client, "evictable", 1_000).await;
+    let metrics = scrape(metrics_port);
+    assert_eq!(sample(&metrics, "leased_redis_eviction_unsafe"), 1.0);
+}
+
 /// Runs `command` until it exits (killing it after `timeout`: a server that should have refused
 /// to start must not hang the test) and returns its status and stderr.
 fn run_to_exit(

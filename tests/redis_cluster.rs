@@ -283,6 +283,7 @@ async fn list_pages_through_2500_leases_on_every_master() {
             pool_size: 4,
             key_prefix: "leased:".into(),
             max_waiters_per_name: 1_000,
+            counter_keep: Duration::from_secs(600),
         },
         StoreEvents::new(),
     )

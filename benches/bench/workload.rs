@@ -38,6 +38,7 @@ pub async fn direct_store(redis_url: &str, pool_size: usize) -> BenchResult<Arc<
             pool_size,
             key_prefix: "leased:".to_owned(),
             max_waiters_per_name: 1024,
+            counter_keep: Duration::from_secs(600),
         },
         StoreEvents::new(),
     )?;

@@ -89,6 +89,9 @@ pub async fn serve(
             let events = StoreEvents::new();
             let store = Arc::new(RedisStore::connect(&redis, events.clone())?);
             store.check_version(redis.command_timeout).await?;
+            store
+                .check_eviction_policy(redis.command_timeout, config.redis_allow_eviction)
+                .await?;
             crate::server::run(Replica::new(store, events), options, listeners, shutdown).await
         }
         None => {
@@ -199,6 +202,7 @@ fn redis_options(config: &ServeConfig) -> Option<RedisOptions> {
         pool_size: config.redis_pool_size,
         key_prefix: config.key_prefix.clone(),
         max_waiters_per_name: config.max_waiters_per_name,
+        counter_keep: config.redis_counter_keep,
     })
 }
 

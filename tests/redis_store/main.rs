@@ -38,6 +38,7 @@ async fn store_on(url: &str, key_prefix: &str) -> Arc<RedisStore> {
             pool_size: 2,
             key_prefix: key_prefix.to_owned(),
             max_waiters_per_name: 1_000,
+            counter_keep: Duration::from_secs(600),
         },
         StoreEvents::new(),
     )

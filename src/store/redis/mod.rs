@@ -19,6 +19,7 @@
 //! describes the lease names it finds. The keys, messages and scripts:
 //! docs/src/internals/redis-layout.md (and fair-waiting.md, watching.md beside it).
 
+mod eviction;
 mod keys;
 mod library;
 mod list;
@@ -68,6 +69,8 @@ pub struct RedisOptions {
     pub key_prefix: String,
     /// Refuse more waiters than this in one name's queue (all replicas together).
     pub max_waiters_per_name: usize,
+    /// How long a name's fencing counter outlives its last grant (`--redis-counter-keep`).
+    pub counter_keep: Duration,
 }
 
 /// A [`LeaseStore`](crate::lease::LeaseStore) on Redis, shared by any number of `leased` replicas.
@@ -77,6 +80,7 @@ pub struct RedisStore {
     library: Library,
     key_prefix: String,
     max_waiters_per_name: usize,
+    counter_keep: Duration,
     /// Where wake-ups, positions moved and changes of holder are reported, and which names are
     /// listened to (each name's channel is subscribed while it is).
     events: StoreEvents,
@@ -165,6 +169,7 @@ impl RedisStore {
             library: Library::new(),
             key_prefix: options.key_prefix.clone(),
             max_waiters_per_name: options.max_waiters_per_name,
+            counter_keep: options.counter_keep,
             events,
             subscriptions,
             background,

@@ -7,7 +7,7 @@ use fred::prelude::{ClientLike, KeysInterface};
 
 use super::{
     RedisStore,
-    keys::heartbeat_key,
+    keys::{heartbeat_key, lease_id_digest},
     library::Script,
     list::PageToken,
     replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
@@ -21,11 +21,6 @@ use crate::{
     metrics::metrics,
 };
 
-/// The owner hash, which holds a name's fencing counter, outlives its leases by at least this long
-/// (twice the TTL for longer ones); if it expires anyway, the clock floor in `prelude.lua` keeps
-/// tokens increasing.
-const MIN_FENCE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-
 impl LeaseStore for RedisStore {
     async fn try_acquire(
         &self,
@@ -36,20 +31,16 @@ impl LeaseStore for RedisStore {
         let name = &request.name;
         let keys = self.keys(name);
         let ttl_ms = request.ttl.as_millis() as u64;
-        let fence_ttl_ms = MIN_FENCE_TTL
-            .max(request.ttl * 2)
-            .max(request.ttl + request.lock_delay)
-            .as_millis() as u64;
         let reply = self
             .run(
                 Script::Acquire,
                 name,
                 keys.for_queue_scripts(),
                 vec![
-                    lease_id.expose().to_owned(),
+                    lease_id_digest(lease_id),
                     request.holder.clone(),
                     ttl_ms.to_string(),
-                    fence_ttl_ms.to_string(),
+                    self.counter_keep_ms(),
                     entry.unwrap_or_default().to_owned(),
                     request.wait.as_millis().to_string(),
                     self.max_waiters_per_name.to_string(),
@@ -81,9 +72,9 @@ impl LeaseStore for RedisStore {
                     keys.revoked,
                 ],
                 vec![
-                    lease_id.expose().to_owned(),
+                    lease_id_digest(lease_id),
                     ttl_ms.to_string(),
-                    MIN_FENCE_TTL.as_millis().to_string(),
+                    self.counter_keep_ms(),
                 ],
             )
             .await?;
@@ -110,7 +101,7 @@ impl LeaseStore for RedisStore {
                 Script::Release,
                 name,
                 keys.for_queue_scripts(),
-                vec![lease_id.expose().to_owned()],
+                vec![lease_id_digest(lease_id), self.counter_keep_ms()],
             )
             .await?;
         if reply.int(0)? == 0 {
@@ -285,7 +276,11 @@ impl LeaseStore for RedisStore {
                 Script::Revoke,
                 name,
                 keys.for_revoke(),
-                vec![fencing_token.unwrap_or(0).to_string(), reason.to_owned()],
+                vec![
+                    fencing_token.unwrap_or(0).to_string(),
+                    reason.to_owned(),
+                    self.counter_keep_ms(),
+                ],
             )
             .await?;
         let mut revoked = (0..reply.len()?)
@@ -315,6 +310,11 @@ impl LeaseStore for RedisStore {
 }
 
 impl RedisStore {
+    /// How long a name's counter outlives its last grant, as the scripts take it.
+    fn counter_keep_ms(&self) -> String {
+        self.counter_keep.as_millis().to_string()
+    }
+
     /// Whether `replica`'s heartbeat key exists (asked about a stalled entry of `name`).
     async fn is_alive(&self, name: &LeaseName, replica: &str) -> Result<bool> {
         let key = heartbeat_key(&self.key_prefix, replica);

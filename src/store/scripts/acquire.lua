@@ -6,14 +6,14 @@
 -- KEYS[1]  <prefix>{name}           string: the lease's expiry, Unix ms on Redis time; PEXPIREs
 --                                   with the lease, lock-delay included
 -- KEYS[2]  <prefix>{name}:owner     hash: the name's last fencing token, and the grant of an
---                                   exclusive lease (prelude.lua); kept for the fence TTL, past
---                                   the lease
+--                                   exclusive lease (prelude.lua); kept for the counter keep,
+--                                   past the lease
 -- KEYS[3]  <prefix>{name}:queue     sorted set: waiting entries (prelude.lua)
 -- KEYS[4]  <prefix>{name}:wake      shard channel of the name's wake-ups and changes (prelude.lua);
 --                                   a grant publishes 'g...' on it while anyone subscribes
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
--- ARGV[1]  lease_id   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] fence_ttl_ms (the owner hash's)
+-- ARGV[1]  lease id digest   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] keep_ms (the counter keep)
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] wait_ms (how long the caller may
 --          still wait: the queue lives at least that long)
 -- ARGV[7]  max_waiters (the whole queue, every replica)   ARGV[8] limit (1: exclusive)
@@ -35,6 +35,7 @@ local lease, owner_key, queue, channel, permits, holders =
 local lease_id, holder, entry = ARGV[1], ARGV[2], ARGV[5]
 local now_ms, now_us = redis_now()
 local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local keep_ms = tonumber(ARGV[4])
 
 -- Who takes the name now: {taken, limit, held, holder fields...} as occupancy() answers.
 local occupied
@@ -71,7 +72,7 @@ if not occupied then
     if mine and mine.exp > now_ms then
       return {1, mine.token, mine.ttl, mine.exp}
     end
-    drop_freed_permits(permits, holders, owner_key, now_ms)
+    drop_freed_permits(permits, holders, owner_key, now_ms, keep_ms)
     occupied = permits_occupancy(permits, holders, now_ms)
   end
 end
@@ -110,7 +111,8 @@ if free > 0 then
       elseif last[2] then
         redis.call('HDEL', owner_key, 'd') -- an earlier grant's, which expired
       end
-      redis.call('PEXPIRE', owner_key, ARGV[4])
+      -- The counter outlives the grant (lock-delay included) by the keep.
+      redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms + keep_ms)
     else
       redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
         'limit', ARGV[8], 't', token_text)

@@ -21,19 +21,21 @@
 --
 -- It also reads who takes a name: an exclusive lease (the lease key and its owner hash) or the
 -- permits of a counting lease (limit > 1). The owner hash, <prefix>{name}:owner, holds the name's
--- fencing counter, 't' (the last token issued; it outlives the leases by days; while a counting
--- lease holds permits, its grants count in 't' of the holders hash instead, which goes back to
--- the owner hash when the last permit ends in a script), and while an exclusive lease is held its
--- grant: 'i' the lease id, 'h' the holder, 'l' the TTL (lifetime) in ms, 'e' the expiry (Unix
--- ms) and 'd' the lock-delay in ms (only if any). One letter each: a held lease is two keys, and
--- the hash's field names were a good part of its bytes.
+-- fencing counter, 't' (the last token issued; while a counting lease holds permits, its grants
+-- count in 't' of the holders hash instead, which goes back to the owner hash when the last permit
+-- ends in a script), and while an exclusive lease is held its grant: 'i' the lease id's digest
+-- (the server sends Redis only digests of lease ids, never the ids), 'h' the holder, 'l' the TTL
+-- (lifetime) in ms, 'e' the expiry (Unix ms) and 'd' the lock-delay in ms (only if any). One
+-- letter each: a held lease is two keys, and the hash's field names were a good part of its
+-- bytes. The hash outlives the grant by the counter keep (`--redis-counter-keep`, the scripts'
+-- keep_ms argument): a name nobody takes again leaves nothing behind once it passes.
 -- The grant's fields are the holder's only while the lease key exists and holds the same expiry
--- as 'e': a lease that expired leaves them behind, and a key that something else wrote (a
--- classic SETNX lock) never matches them. Nothing else is granted on the name while they are,
--- so 't' is then the holder's token.
---   <prefix>{name}:permits  sorted set: lease_id -> the moment its permit frees (Unix ms: expiry +
+-- as 'e': a lease that expired leaves them behind (until the keep passes), and a key that
+-- something else wrote (a classic SETNX lock) never matches them. Nothing else is granted on the
+-- name while they are, so 't' is then the holder's token.
+--   <prefix>{name}:permits  sorted set: lease id digest -> the moment its permit frees (Unix ms: expiry +
 --                           lock-delay)
---   <prefix>{name}:holders  hash: lease_id -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
+--   <prefix>{name}:holders  hash: lease id digest -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
 --                           'limit' -> the limit they were granted with, and 't' -> the last
 --                           token issued (the name's counter while the lease holds permits)
 -- Both expire when the last permit frees. A permit whose moment passed is free; the writing
@@ -124,10 +126,12 @@ end
 -- The fields of an exclusive grant in the owner hash; 't' stays, as the name's counter.
 local GRANT_FIELDS = {'i', 'h', 'l', 'e', 'd'}
 
--- Ends an exclusive lease: its key, and its grant's fields in the owner hash.
-local function end_exclusive(lease, owner_key)
+-- Ends an exclusive lease: its key, and its grant's fields in the owner hash, which keeps the
+-- counter for keep_ms.
+local function end_exclusive(lease, owner_key, keep_ms)
   redis.call('DEL', lease)
   redis.call('HDEL', owner_key, unpack(GRANT_FIELDS))
+  redis.call('PEXPIRE', owner_key, math.max(keep_ms, 1))
 end
 
 -- A permit's record in the holders hash, or nil.
@@ -152,13 +156,9 @@ local function taken_after(now_ms)
   return string.format('(%d', now_ms)
 end
 
--- How long the owner hash keeps a counting lease's fencing counter after its last permit ended
--- (MIN_FENCE_TTL in redis.rs; an exclusive grant sets its own, at least as long).
-local FENCE_TTL_MS = 7 * 24 * 3600 * 1000
-
 -- Drops the records of freed permits; deletes both keys when none is taken, keeping the counting
--- lease's fencing counter ('t' of the holders hash) in the owner hash.
-local function drop_freed_permits(permits, holders, owner_key, now_ms)
+-- lease's fencing counter ('t' of the holders hash) in the owner hash for keep_ms.
+local function drop_freed_permits(permits, holders, owner_key, now_ms, keep_ms)
   local freed = redis.call('ZRANGE', permits, '-inf', string.format('%d', now_ms), 'BYSCORE', 'LIMIT', 0, 1000)
   if #freed > 0 then
     redis.call('ZREM', permits, unpack(freed))
@@ -168,7 +168,7 @@ local function drop_freed_permits(permits, holders, owner_key, now_ms)
     local counted = redis.call('HGET', holders, 't')
     if counted then
       redis.call('HSET', owner_key, 't', counted)
-      redis.call('PEXPIRE', owner_key, FENCE_TTL_MS)
+      redis.call('PEXPIRE', owner_key, math.max(keep_ms, 1))
     end
     redis.call('DEL', permits, holders)
   end
@@ -232,9 +232,11 @@ end
 
 -- The next fencing token of a name, from the last one issued (the owner hash's 't', or the
 -- holders hash's while a counting lease holds permits, whichever is larger); the caller writes it
--- back with its grant. Tokens strictly increase per name even if Redis lost the hash (restart
--- without persistence, failover to a lagging replica, FLUSHALL): they never fall below Redis time
--- in microseconds. ARCHITECTURE.md, "Invariants". Lua numbers are doubles, exact for integers
+-- back with its grant. Tokens strictly increase per name even when the hash is gone: it lapsed
+-- (the counter keep passed after the last grant ended: every token issued before was below Redis
+-- time then, so the clock may step back by up to the keep), or Redis lost it (restart without
+-- persistence, failover to a lagging replica, FLUSHALL): they never fall below Redis time in
+-- microseconds. ARCHITECTURE.md, "Invariants". Lua numbers are doubles, exact for integers
 -- below 2^53: microsecond timestamps stay under it until the year 2255.
 local function next_token(last, now_us)
   return math.max((tonumber(last) or 0) + 1, now_us)
@@ -263,7 +265,7 @@ local function revoked_message(token, expires_at_ms, reason, holder)
 end
 
 -- Why `lease_id`'s grant was revoked (revoke.lua), or nil if it was not, recently:
--- <prefix>{name}:revoked holds lease_id -> '<until_ms> <reason>'.
+-- <prefix>{name}:revoked holds lease id digest -> '<until_ms> <reason>'.
 local function revoked_reason(revoked, lease_id)
   local record = redis.call('HGET', revoked, lease_id)
   return record and string.match(record, '^%d+ (.*)$')

@@ -10,7 +10,7 @@
 --                                   while anyone subscribes)
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
--- ARGV[1]  lease_id
+-- ARGV[1]  lease id digest   ARGV[2] keep_ms (the counter keep)
 -- Reply    {1, woken}  released; woken: the entry the permit goes to, '' if nobody waits for it
 --          {0}         not the holder (already released, expired, revoked, or taken over)
 local lease, owner_key, queue, channel, permits, holders =
@@ -28,7 +28,7 @@ if current then
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
     return {0}
   end
-  end_exclusive(lease, owner_key)
+  end_exclusive(lease, owner_key, tonumber(ARGV[2]))
   free = 1
   ended = {tonumber(owner[3]) or 0, tonumber(current), owner[4] or ''}
 else
@@ -39,7 +39,7 @@ else
   local limit = tonumber(redis.call('HGET', holders, 'limit')) or 1
   redis.call('ZREM', permits, ARGV[1])
   redis.call('HDEL', holders, ARGV[1])
-  drop_freed_permits(permits, holders, owner_key, now_ms)
+  drop_freed_permits(permits, holders, owner_key, now_ms, tonumber(ARGV[2]))
   free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
   ended = {permit.token, permit.exp, permit.holder}
 end

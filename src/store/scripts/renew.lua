@@ -6,9 +6,10 @@
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
--- KEYS[5]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>' (revoke.lua); read
+-- KEYS[5]  <prefix>{name}:revoked   hash: lease id digest -> '<until_ms> <reason>' (revoke.lua); read
 --                                   only when the lease is lost
--- ARGV[1]  lease_id   ARGV[2] ttl_ms (0: keep the granted TTL)   ARGV[3] min_fence_ttl_ms
+-- ARGV[1]  lease id digest   ARGV[2] ttl_ms (0: keep the granted TTL)   ARGV[3] keep_ms (the
+--          counter keep)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   renewed
 --          {0, 'expired'}                      nobody holds it (TTL passed, or released)
 --          {0, 'taken'}                        someone else holds it
@@ -45,8 +46,8 @@ if current then
   local expiry = string.format('%d', expires_at_ms)
   redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
   redis.call('HSET', owner_key, 'l', string.format('%d', ttl_ms), 'e', expiry)
-  -- The owner hash outlives the lease, renewed for however long, as the grant made it.
-  redis.call('PEXPIRE', owner_key, math.max(tonumber(ARGV[3]), 2 * ttl_ms, ttl_ms + delay_ms))
+  -- The owner hash outlives the lease by the counter keep, as the grant made it.
+  redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms + tonumber(ARGV[3]))
   return {1, tonumber(owner[2]), ttl_ms, expires_at_ms}
 end
 

@@ -12,13 +12,14 @@
 --                                   while anyone subscribes)
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
--- KEYS[7]  <prefix>{name}:revoked   hash: lease_id -> '<until_ms> <reason>'; expires with its
---                                   last entry
+-- KEYS[7]  <prefix>{name}:revoked   hash: lease id digest -> '<until_ms> <reason>'; expires
+--                                   with its last entry
 -- ARGV[1]  fencing token ('0': every grant that holds the name)   ARGV[2] reason
+-- ARGV[3]  keep_ms (the counter keep)
 -- Reply    {token, holder, token, holder, ...}: the grants revoked; {} when none matched
 local lease, owner_key, queue, channel, permits, holders, revoked =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local only, reason = tonumber(ARGV[1]), ARGV[2]
+local only, reason, keep_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local now_ms = redis_now()
 
 -- Whether a grant with this token is one to revoke.
@@ -36,7 +37,7 @@ local owner = current and redis.call('HMGET', owner_key, 'i', 'h', 't', 'l', 'e'
 -- A key something else wrote (a classic lock) has no grant to revoke.
 if owner and owner[1] and owner[5] == current and tonumber(current) > now_ms then
   if chosen(tonumber(owner[3])) then
-    end_exclusive(lease, owner_key)
+    end_exclusive(lease, owner_key, keep_ms)
     table.insert(ended, {id = owner[1], token = tonumber(owner[3]), holder = owner[2] or '',
       ttl = tonumber(owner[4]) or 0, exp = tonumber(current)})
     free = 1
@@ -54,7 +55,7 @@ else
     end
   end
   if #ended > 0 then
-    drop_freed_permits(permits, holders, owner_key, now_ms)
+    drop_freed_permits(permits, holders, owner_key, now_ms, keep_ms)
     free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
   end
 end
