@@ -61,6 +61,17 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_MAX_WAITERS_PER_NAME", default_value_t = 1024)]
     pub max_waiters_per_name: usize,
 
+    /// Distinct lease names that Watch streams and waiting Acquires may follow on this server
+    /// (each costs a subscription to the name's changes); a call that would follow one more
+    /// answers RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASED_MAX_FOLLOWED_NAMES", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_followed_names: u64,
+
+    /// Distinct lease names that the Watch streams and waiting Acquires of one token may follow
+    /// on this server (with --auth-tokens).
+    #[arg(long, env = "LEASED_MAX_FOLLOWED_NAMES_PER_TOKEN", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_followed_names_per_token: u64,
+
     /// Leases one Renew stream may hold at once (renewed and not yet lost, released or expired);
     /// a renewal of one more gets RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASED_MAX_LEASES_PER_STREAM", default_value_t = 1024)]

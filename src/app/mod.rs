@@ -13,7 +13,9 @@ use crate::{
     config::ServeConfig,
     error::StartupError,
     lease::{Limits, Replica, StoreEvents},
-    server::{ConnectionLimits, Listeners, ServerOptions, TlsFiles, auth::Authenticator},
+    server::{
+        ConnectionLimits, FollowLimits, Listeners, ServerOptions, TlsFiles, auth::Authenticator,
+    },
     shutdown::{self, Shutdown},
     store::{MemoryStore, RedisOptions, RedisStore},
 };
@@ -155,6 +157,10 @@ fn server_options(config: &ServeConfig) -> Result<ServerOptions, StartupError> {
         max_concurrent_streams: config.max_concurrent_streams,
         max_message_bytes: config.max_message_bytes,
         max_leases_per_renew_stream: config.max_leases_per_stream,
+        followed_names: FollowLimits {
+            per_replica: config.max_followed_names as usize,
+            per_token: config.max_followed_names_per_token as usize,
+        },
         connections: connection_limits(config)?,
         drain_grace: config.drain_grace,
         tls,

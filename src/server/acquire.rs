@@ -6,8 +6,9 @@ use tonic::{Response, Status};
 
 use super::{
     auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
+    followed_names::Following,
     rpc_metrics::StreamRecorder,
-    service::{LeaseServiceImpl, ResponseStream},
+    service::{LeaseServiceImpl, ResponseStream, authorize},
 };
 use crate::{
     error::Result,
@@ -34,8 +35,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             limit: request.limit,
             lock_delay_ms: request.lock_delay_ms,
         })?;
-        let access = self.stream_access(principal);
-        authorize_stream(&access, Operation::Acquire, &request.name)?;
+        authorize(&principal, Operation::Acquire, &request.name)?;
         let name = request.name.clone();
         // Lives as long as the response stream: records the RPC when the stream ends or is dropped.
         let mut recorder = StreamRecorder::start("Acquire");
@@ -46,15 +46,19 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                 let answer = crate::lease::waiting::try_once(&self.store, &request).await;
                 Either::Left(tokio_stream::once(answer))
             }
-            false => Either::Right(until_access_lost(
-                ReceiverStream::new(crate::lease::waiting::acquire(
-                    self.store.clone(),
-                    request,
-                    self.shutdown.clone(),
-                )),
-                access,
-                name.clone(),
-            )),
+            false => {
+                let following = self.follow(&principal, &name)?;
+                Either::Right(until_access_lost(
+                    ReceiverStream::new(crate::lease::waiting::acquire(
+                        self.store.clone(),
+                        request,
+                        self.shutdown.clone(),
+                    )),
+                    self.stream_access(principal),
+                    name.clone(),
+                    following,
+                ))
+            }
         };
         let responses = events.map(move |event| match event {
             Ok(event) => {
@@ -75,32 +79,43 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 
 /// A waiting caller's `events`, ended with its refusal once a tokens reload takes `acquire` on
 /// `name` from its token: the stream, and with it the wait, is then dropped, which gives up the
-/// caller's place (and releases a grant made meanwhile that it was not sent).
+/// caller's place (and releases a grant made meanwhile that it was not sent). The name stays
+/// `following` until then.
 fn until_access_lost(
     events: impl tokio_stream::Stream<Item = Result<AcquireEvent>> + Send + 'static,
     access: Option<StreamAccess>,
     name: LeaseName,
+    following: Following,
 ) -> impl tokio_stream::Stream<Item = Result<AcquireEvent>> + Send + 'static {
-    let state = (Box::pin(events), access, name, false);
-    futures::stream::unfold(
-        state,
-        |(mut events, mut access, name, refused)| async move {
-            if refused {
-                return None;
-            }
-            loop {
-                tokio::select! {
-                    event = events.next() => return Some((event?, (events, access, name, false))),
-                    _ = reloaded(&mut access) => {
-                        if let Err(error) = authorize_stream(&access, Operation::Acquire, &name) {
-                            metrics().streams_ended_by_reload.inc();
-                            return Some((Err(error), (events, access, name, true)));
-                        }
+    let waiting = WaitingCall {
+        events: Box::pin(events),
+        access,
+        name,
+        _following: following,
+    };
+    futures::stream::unfold(Some(waiting), |waiting| async move {
+        let mut waiting = waiting?;
+        loop {
+            tokio::select! {
+                event = waiting.events.next() => return Some((event?, Some(waiting))),
+                _ = reloaded(&mut waiting.access) => {
+                    let allowed = authorize_stream(&waiting.access, Operation::Acquire, &waiting.name);
+                    if let Err(error) = allowed {
+                        metrics().streams_ended_by_reload.inc();
+                        return Some((Err(error), None));
                     }
                 }
             }
-        },
-    )
+        }
+    })
+}
+
+/// The state of [`until_access_lost`].
+struct WaitingCall<E> {
+    events: std::pin::Pin<Box<E>>,
+    access: Option<StreamAccess>,
+    name: LeaseName,
+    _following: Following,
 }
 
 fn to_response(name: &LeaseName, event: AcquireEvent) -> AcquireResponse {

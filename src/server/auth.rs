@@ -97,6 +97,11 @@ impl Principal {
         Ok(())
     }
 
+    /// What identifies the token in per-token bounds (never logged).
+    pub fn token_key(&self) -> Arc<str> {
+        self.token.clone()
+    }
+
     /// Allows listing the names under `prefix`: only if every such name is one this token may
     /// use, i.e. `prefix` starts with one of its prefixes.
     pub fn authorize_list(&self, prefix: &ListPrefix) -> Result<()> {

@@ -7,12 +7,14 @@
 //!   `health`: statuses that follow the store and the drain.
 //! - `connections`: from `accept` to tonic: the connection cap, the handshake deadline, TLS.
 //! - `metrics_port`: `GET /metrics` over HTTP/1.1, with a connection cap and deadlines of its own.
-//! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens.
+//! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens; `followed_names`:
+//!   the bound on names that Watch streams and waiting Acquires follow.
 
 mod acquire;
 mod admin;
 pub(crate) mod auth;
 mod connections;
+mod followed_names;
 mod health;
 mod held_leases;
 mod metrics_port;
@@ -37,6 +39,7 @@ use crate::{
     shutdown::Shutdown,
 };
 pub(crate) use connections::ConnectionLimits;
+pub(crate) use followed_names::FollowLimits;
 pub use health::LIVENESS_SERVICE;
 pub use metrics_port::MAX_CONNECTIONS as METRICS_PORT_MAX_CONNECTIONS;
 pub(crate) use options::{Listeners, ServerOptions, TlsFiles};

@@ -10,7 +10,7 @@ use rustls::{
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use super::{auth::Authenticator, connections::ConnectionLimits};
+use super::{auth::Authenticator, connections::ConnectionLimits, followed_names::FollowLimits};
 use crate::{error::StartupError, lease::Limits};
 
 /// Settings of the gRPC server itself (the store has its own).
@@ -24,6 +24,8 @@ pub struct ServerOptions {
     pub max_message_bytes: usize,
     /// Distinct leases one `Renew` stream may renew.
     pub max_leases_per_renew_stream: usize,
+    /// Distinct names that Watch streams and waiting Acquires may follow, per replica and token.
+    pub followed_names: FollowLimits,
     /// The cap on open connections and the handshake deadline.
     pub connections: ConnectionLimits,
     /// HTTP/2 PING interval: how a frozen client is noticed.
@@ -45,6 +47,7 @@ impl Default for ServerOptions {
             max_concurrent_streams: 1024,
             max_message_bytes: 16 * 1024,
             max_leases_per_renew_stream: 1024,
+            followed_names: FollowLimits::default(),
             connections: ConnectionLimits::default(),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),

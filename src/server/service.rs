@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::{
     ServerOptions,
     auth::{Authenticator, Operation, Principal, StreamAccess},
+    followed_names::{FollowedNames, Following},
     held_leases::HeldLeases,
     rpc_metrics,
 };
@@ -36,6 +37,8 @@ pub struct LeaseServiceImpl<S> {
     /// The leases each Renew stream here holds, so that a Release here frees their slots.
     pub(super) held_leases: Arc<HeldLeases>,
     pub(super) auth: Option<Arc<Authenticator>>,
+    /// The names that Watch streams and waiting Acquires follow here, bounded.
+    pub(super) followed: Arc<FollowedNames>,
     pub(super) shutdown: Shutdown,
 }
 
@@ -48,6 +51,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             max_leases_per_renew_stream: options.max_leases_per_renew_stream,
             held_leases: Arc::default(),
             auth: options.auth.clone(),
+            followed: FollowedNames::new(options.followed_names),
             shutdown,
         }
     }
@@ -58,6 +62,17 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         request: &Request<T>,
     ) -> crate::error::Result<Option<Principal>> {
         authenticate(&self.auth, request)
+    }
+
+    /// `principal`'s call follows `name` (a Watch, a waiting Acquire) until the guard is dropped,
+    /// or `RESOURCE_EXHAUSTED` past the bounds on followed names.
+    pub(super) fn follow(
+        &self,
+        principal: &Option<Principal>,
+        name: &LeaseName,
+    ) -> crate::error::Result<Following> {
+        let token = principal.as_ref().map(Principal::token_key);
+        self.followed.follow(token, name)
     }
 
     /// The caller of a stream, checked again for each message and after each reload.

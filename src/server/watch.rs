@@ -9,7 +9,7 @@ use tonic::{Response, Status};
 use super::{
     auth::{Operation, Principal, authorize_stream, reloaded},
     rpc_metrics::StreamRecorder,
-    service::{LeaseServiceImpl, ResponseStream, holder_info},
+    service::{LeaseServiceImpl, ResponseStream, authorize, holder_info},
 };
 use crate::{
     error::{Error, Result},
@@ -33,12 +33,15 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         request: WatchRequest,
     ) -> Result<Response<ResponseStream<proto::WatchEvent>>> {
         let name = parse_name(&request.name)?;
+        authorize(&principal, Operation::Watch, &name)?;
+        let following = self.follow(&principal, &name)?;
         let mut access = self.stream_access(principal);
-        authorize_stream(&access, Operation::Watch, &name)?;
         let mut watch = Watch::start(&self.store, name.clone());
         let shutdown = self.shutdown.clone();
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
         tokio::spawn(async move {
+            // The name stays followed for as long as this task runs.
+            let _following = following;
             let mut recorder = StreamRecorder::start("Watch");
             tracing::debug!(rpc = "Watch", %name, "watching");
             loop {

@@ -1,7 +1,11 @@
 //! Bearer tokens: they authenticate and authorize every lease RPC, SIGHUP reloads them (open
-//! streams included), and a non-loopback listen without auth is refused.
+//! streams included), the names one token and one server may follow are bounded, and a
+//! non-loopback listen without auth is refused.
 
-use std::{process::Command, time::Duration};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use crate::common::*;
 use crate::{
@@ -399,4 +403,91 @@ fn non_loopback_listen_without_auth_is_refused() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--insecure-listen"), "{stderr}");
+}
+
+/// Distinct names followed by Watch streams and waiting Acquires are bounded per token
+/// (`--max-followed-names-per-token`) and per server (`--max-followed-names`): a call that would
+/// follow one more answers RESOURCE_EXHAUSTED, while more callers of names already followed are
+/// served, and a name whose last follower left makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followed_names_are_bounded_per_token_and_per_server() {
+    let redis = RedisServer::start();
+    let tokens = tokens_file();
+    write_tokens(
+        &tokens,
+        &[
+            (
+                "payments",
+                PAYMENTS_TOKEN,
+                &["payments/"],
+                &["acquire", "renew", "release", "describe", "watch"],
+            ),
+            ("reader", READER_TOKEN, &[""], &["describe", "watch"]),
+        ],
+    );
+    let server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args([
+            "--auth-tokens".to_owned(),
+            tokens.display().to_string(),
+            "--max-followed-names".to_owned(),
+            "3".to_owned(),
+            "--max-followed-names-per-token".to_owned(),
+            "2".to_owned(),
+        ])
+        .start()
+        .await;
+    let mut client = server.client().await;
+    let watch =
+        |name: &str, token: &str| with_token(WatchRequest { name: name.into() }, Some(token));
+
+    let first = watch_with_token(&mut client, "payments/1", PAYMENTS_TOKEN).await;
+    let _second = watch_with_token(&mut client, "payments/2", PAYMENTS_TOKEN).await;
+    let refused = client.watch(watch("payments/3", PAYMENTS_TOKEN)).await;
+    let status = refused.err().expect("a third name for one token");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("per-token"), "{status:?}");
+    // A waiting Acquire follows its name as a Watch does; a try-once Acquire follows nothing.
+    let waiting = client
+        .acquire(with_token(
+            AcquireRequest {
+                wait_ms: 10_000,
+                ..acquire_request("payments/3")
+            },
+            Some(PAYMENTS_TOKEN),
+        ))
+        .await;
+    assert_eq!(
+        waiting.err().map(|status| status.code()),
+        Some(Code::ResourceExhausted)
+    );
+    acquire_with(&mut client, "payments/3", PAYMENTS_TOKEN).await;
+    let _again = watch_with_token(&mut client, "payments/1", PAYMENTS_TOKEN).await;
+
+    // Another token: its own two names, within the server's three.
+    let _third = watch_with_token(&mut client, "jobs/1", READER_TOKEN).await;
+    let full = client.watch(watch("jobs/2", READER_TOKEN)).await;
+    let status = full.err().expect("a fourth name on the server");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("--max-followed-names"),
+        "{status:?}"
+    );
+    let _shared = watch_with_token(&mut client, "payments/2", READER_TOKEN).await;
+
+    // Once both Watch streams of payments/1 end, the name is free: room for the token and the
+    // server.
+    drop((first, _again));
+    let start = Instant::now();
+    loop {
+        match client.watch(watch("payments/4", PAYMENTS_TOKEN)).await {
+            Ok(_) => break,
+            Err(status) => assert_eq!(status.code(), Code::ResourceExhausted),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the freed name never made room"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
