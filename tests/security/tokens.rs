@@ -444,7 +444,7 @@ async fn followed_names_are_bounded_per_token_and_per_server() {
     let first = watch_with_token(&mut client, "payments/1", PAYMENTS_TOKEN).await;
     let _second = watch_with_token(&mut client, "payments/2", PAYMENTS_TOKEN).await;
     let refused = client.watch(watch("payments/3", PAYMENTS_TOKEN)).await;
-    let status = refused.err().expect("a third name for one token");
+    let status = refused.expect_err("a third name for one token");
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(status.message().contains("per-token"), "{status:?}");
     // A waiting Acquire follows its name as a Watch does; a try-once Acquire follows nothing.
@@ -467,7 +467,7 @@ async fn followed_names_are_bounded_per_token_and_per_server() {
     // Another token: its own two names, within the server's three.
     let _third = watch_with_token(&mut client, "jobs/1", READER_TOKEN).await;
     let full = client.watch(watch("jobs/2", READER_TOKEN)).await;
-    let status = full.err().expect("a fourth name on the server");
+    let status = full.expect_err("a fourth name on the server");
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status.message().contains("--max-followed-names"),
