@@ -312,7 +312,7 @@ impl KeyKinds {
 /// The `MATCH` pattern of a listing of `prefix`: every key whose hash tag starts with it and
 /// whose last character is not `e` or `r`. A lease key ends with `}` and a counting lease's
 /// permits with `s`; this leaves out the keys of each name that never mark a lease as held and
-/// are the most numerous (`:queue`, and `:owner`, which outlives its lease by days),
+/// are the most numerous (`:queue`, and `:owner`, which outlives its lease by the counter keep),
 /// so that Redis does not send them. Spelled without `}`, which fred would take for a hash tag.
 fn scan_pattern(key_prefix: &str, prefix: &ListPrefix) -> String {
     format!(
