@@ -1,6 +1,7 @@
 //! `Watch`: a server stream of a lease's changes of holder, a snapshot first. The events come
 //! from the name's watch in the core ([`crate::lease::watch`]); this only turns them into proto
-//! messages and ends the stream on shutdown, or once a tokens reload takes the name from its caller.
+//! messages and ends the stream on shutdown, or once a tokens reload takes the name from its
+//! caller.
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

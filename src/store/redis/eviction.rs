@@ -29,7 +29,10 @@ impl RedisStore {
         let policies = match tokio::time::timeout(timeout, self.eviction_policies()).await {
             Ok(Ok(policies)) => policies,
             Ok(Err(error)) => {
-                tracing::warn!(%error, "cannot read Redis's maxmemory-policy; it must be noeviction");
+                tracing::warn!(
+                    %error,
+                    "cannot read Redis's maxmemory-policy; it must be noeviction"
+                );
                 return Ok(());
             }
             Err(_) => {

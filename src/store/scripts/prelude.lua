@@ -33,11 +33,11 @@
 -- as 'e': a lease that expired leaves them behind (until the keep passes), and a key that
 -- something else wrote (a classic SETNX lock) never matches them. Nothing else is granted on the
 -- name while they are, so 't' is then the holder's token.
---   <prefix>{name}:permits  sorted set: lease id digest -> the moment its permit frees (Unix ms: expiry +
---                           lock-delay)
---   <prefix>{name}:holders  hash: lease id digest -> 'token expires_at_ms ttl_ms lock_delay_ms holder',
---                           'limit' -> the limit they were granted with, and 't' -> the last
---                           token issued (the name's counter while the lease holds permits)
+--   <prefix>{name}:permits  sorted set: lease id digest -> the moment its permit frees (Unix
+--                           ms: expiry + lock-delay)
+--   <prefix>{name}:holders  hash: lease id digest -> 'token expires_at_ms ttl_ms lock_delay_ms
+--                           holder', 'limit' -> the limit they were granted with, and 't' -> the
+--                           last token issued (the name's counter while the lease holds permits)
 -- Both expire when the last permit frees. A permit whose moment passed is free; the writing
 -- scripts drop such records. docs/src/internals/redis-layout.md.
 

@@ -6,8 +6,8 @@
 -- KEYS[2]  <prefix>{name}:owner     hash: the fencing counter and the exclusive grant (prelude.lua)
 -- KEYS[3]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[4]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
--- KEYS[5]  <prefix>{name}:revoked   hash: lease id digest -> '<until_ms> <reason>' (revoke.lua); read
---                                   only when the lease is lost
+-- KEYS[5]  <prefix>{name}:revoked   hash: lease id digest -> '<until_ms> <reason>'
+--                                   (revoke.lua); read only when the lease is lost
 -- ARGV[1]  lease id digest   ARGV[2] ttl_ms (0: keep the granted TTL)   ARGV[3] keep_ms (the
 --          counter keep)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   renewed
