@@ -127,16 +127,19 @@ pub fn rss_bytes(pid: u32) -> BenchResult<u64> {
 /// the bench serves the configuration users run (JSON logs, the Redis timeout, every limit).
 /// The bench's own flags (`--redis-pool-size`, `--server-log`, a scenario's limits) win.
 pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
-    const VARIABLES: [(&str, &str); 15] = [
+    const VARIABLES: [(&str, &str); 18] = [
         ("maxTtl", "LEASED_MAX_TTL"),
         ("maxWait", "LEASED_MAX_WAIT"),
         ("redisTimeout", "LEASED_REDIS_TIMEOUT"),
         ("redisPoolSize", "LEASED_REDIS_POOL_SIZE"),
         ("keyPrefix", "LEASED_KEY_PREFIX"),
+        ("redisCounterKeep", "LEASED_REDIS_COUNTER_KEEP"),
         ("maxConcurrentStreams", "LEASED_MAX_CONCURRENT_STREAMS"),
         ("maxWaitersPerName", "LEASED_MAX_WAITERS_PER_NAME"),
         ("maxLimit", "LEASED_MAX_LIMIT"),
         ("maxLeasesPerStream", "LEASED_MAX_LEASES_PER_STREAM"),
+        ("maxFollowedNames", "LEASED_MAX_FOLLOWED_NAMES"),
+        ("maxFollowedNamesPerToken", "LEASED_MAX_FOLLOWED_NAMES_PER_TOKEN"),
         ("maxMessageBytes", "LEASED_MAX_MESSAGE_BYTES"),
         ("maxConnections", "LEASED_MAX_CONNECTIONS"),
         ("handshakeTimeout", "LEASED_HANDSHAKE_TIMEOUT"),
