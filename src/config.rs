@@ -1,7 +1,7 @@
 //! `leased serve` settings: flags, environment variables, and their documented defaults. Plain
 //! values only: `app` turns them into the server's and the store's options.
 
-use std::{ffi::OsString, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{ffi::OsString, fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
 
@@ -14,8 +14,8 @@ pub struct ServeConfig {
 
     /// Redis URL (redis://, rediss://, redis-sentinel://, redis-cluster://). Without it, leases live
     /// in this process only (the embedded store): fine for a first run, lost on restart.
-    #[arg(long, env = "LEASED_REDIS_URL")]
-    pub redis_url: Option<String>,
+    #[arg(long, env = "LEASED_REDIS_URL", hide_env_values = true)]
+    pub redis_url: Option<RedisUrl>,
 
     /// Longest TTL a client may ask for.
     #[arg(long, env = "LEASED_MAX_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
@@ -154,5 +154,211 @@ impl ServeConfig {
         }
         let args = std::iter::once(OsString::from("serve")).chain(args.into_iter().map(Into::into));
         Ok(<Serve as clap::Parser>::try_parse_from(args)?.config)
+    }
+}
+
+/// A Redis URL, which may hold passwords: `Debug` shows it with them replaced by `***`
+/// ([`RedisUrl::redacted`]), so that the settings can be printed whole; there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    /// The URL as given, passwords included: for connecting, never for a log line.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The URL with the password of its user info (`redis://user:***@host:6379/0`,
+    /// `redis://:***@host`) and the value of any query parameter whose name holds "password"
+    /// (`sentinelPassword=***`) replaced by `***`.
+    ///
+    /// The user info ends at the last `@` before the query, or, when there is none there, at the
+    /// last `@` of the whole URL: a password with an unescaped `/`, `?`, `#` or `@` is hidden
+    /// whole too (at worst more than the password is hidden, never less).
+    pub fn redacted(&self) -> String {
+        let url = self.0.as_str();
+        let (scheme, rest) = match url.find("://") {
+            Some(index) => url.split_at(index + 3),
+            None => ("", url),
+        };
+        let before_query = rest.find('?').map_or(rest, |index| &rest[..index]);
+        let user_info_end = before_query.rfind('@').or_else(|| rest.rfind('@'));
+        let (user_info, after) = match user_info_end {
+            Some(index) => rest.split_at(index),
+            None => ("", rest),
+        };
+        let user_info = match user_info.split_once(':') {
+            Some((user, password)) if !password.is_empty() => format!("{user}:***"),
+            _ => user_info.to_owned(),
+        };
+        let after = match after.split_once('?') {
+            Some((path, query)) => format!("{path}?{}", redact_query(query)),
+            None => after.to_owned(),
+        };
+        format!("{scheme}{user_info}{after}")
+    }
+}
+
+/// A query string with the value of each parameter whose name (percent-decoded, any case) holds
+/// "password" replaced by `***`, up to the next `&` (a `#` in the value is taken as part of it).
+fn redact_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _))
+                if percent_decoded(name)
+                    .to_ascii_lowercase()
+                    .contains("password") =>
+            {
+                format!("{name}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// `%XX` escapes decoded (and `+` as a space, as in a query), lossily: only for comparing names.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let hex = |offset: usize| {
+            bytes
+                .get(index + offset)
+                .and_then(|digit| (*digit as char).to_digit(16))
+        };
+        match (bytes[index], hex(1), hex(2)) {
+            (b'%', Some(high), Some(low)) => {
+                decoded.push((high * 16 + low) as u8);
+                index += 3;
+            }
+            (b'+', _, _) => {
+                decoded.push(b' ');
+                index += 1;
+            }
+            (byte, _, _) => {
+                decoded.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RedisUrl").field(&self.redacted()).finish()
+    }
+}
+
+impl From<String> for RedisUrl {
+    fn from(url: String) -> Self {
+        RedisUrl(url)
+    }
+}
+
+impl From<&str> for RedisUrl {
+    fn from(url: &str) -> Self {
+        RedisUrl(url.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redacted(url: &str) -> String {
+        RedisUrl::from(url).redacted()
+    }
+
+    #[test]
+    fn the_password_of_the_user_info_is_replaced() {
+        assert_eq!(
+            redacted("redis://user:s3cret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redacted("redis://:s3cret@host"), "redis://:***@host");
+        assert_eq!(
+            redacted("rediss://default:s3cret@redis.example:6380"),
+            "rediss://default:***@redis.example:6380"
+        );
+        assert_eq!(
+            redacted("redis-cluster://user:s3cret@a:7000?node=b:7001&node=c:7002"),
+            "redis-cluster://user:***@a:7000?node=b:7001&node=c:7002"
+        );
+        assert_eq!(
+            redacted(
+                "redis-sentinel://user:s3cret@s1:26379/2?sentinelServiceName=mymaster\
+                 &sentinelUsername=sentinel-user&sentinelPassword=s3cret2&node=s2:26379"
+            ),
+            "redis-sentinel://user:***@s1:26379/2?sentinelServiceName=mymaster\
+             &sentinelUsername=sentinel-user&sentinelPassword=***&node=s2:26379"
+        );
+        assert_eq!(
+            redacted("redis+unix://user:s3cret@localhost/run/redis.sock"),
+            "redis+unix://user:***@localhost/run/redis.sock"
+        );
+    }
+
+    #[test]
+    fn a_url_without_a_password_is_unchanged() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis://user@host:6379/1",
+            "redis://user:@host",
+            "redis+unix:///run/redis@1.sock",
+            "redis-cluster://a:7000?node=b:7001",
+            "",
+        ] {
+            assert_eq!(redacted(url), url);
+        }
+    }
+
+    #[test]
+    fn a_password_with_unescaped_delimiters_is_hidden_whole() {
+        for url in [
+            "redis://:pa/ss@host:6379/0",
+            "redis://user:pa@ss@host",
+            "redis://user:pa?ss@host",
+            "redis://user:pa#ss@host",
+            "redis://user:pa?ss@host?sentinelUsername=a@b",
+            "user:pass@host:6379",
+        ] {
+            let redacted = redacted(url);
+            assert!(!redacted.contains("pa"), "{url} -> {redacted}");
+            assert!(!redacted.contains("ss"), "{url} -> {redacted}");
+            assert!(redacted.contains(":***@"), "{url} -> {redacted}");
+        }
+    }
+
+    #[test]
+    fn a_password_query_parameter_is_hidden_in_any_spelling() {
+        assert_eq!(
+            redacted("redis-sentinel://h:26379?sentinel%50assword=x&PASSWORD=y#z&a=b#frag"),
+            "redis-sentinel://h:26379?sentinel%50assword=***&PASSWORD=***&a=b#frag"
+        );
+    }
+
+    /// The password never appears in the settings' `Debug`, whatever the URL's scheme.
+    #[test]
+    fn debug_of_the_settings_never_shows_the_redis_password() {
+        for url in [
+            "redis://user:hunter2-secret@host:6379/0",
+            "redis://:hunter2-secret@host",
+            "rediss://user:hunter2-secret@host:6380",
+            "redis-sentinel://user:hunter2-secret@host:26379/0?sentinelServiceName=m\
+             &sentinelPassword=hunter2-secret",
+            "redis-cluster://user:hunter2-secret@host:7000?node=other:7001",
+        ] {
+            let config = ServeConfig::from_args(["--redis-url", url]).unwrap();
+            assert_eq!(config.redis_url.as_ref().map(RedisUrl::as_str), Some(url));
+            let debug = format!("{config:?}");
+            assert!(!debug.contains("hunter2"), "{debug}");
+            assert!(debug.contains(":***@host"), "{debug}");
+            let pretty = format!("{config:#?}");
+            assert!(!pretty.contains("hunter2"), "{pretty}");
+        }
     }
 }

@@ -203,7 +203,7 @@ fn connection_limits(config: &ServeConfig) -> Result<ConnectionLimits, StartupEr
 /// The Redis store's settings, if a Redis URL is set.
 fn redis_options(config: &ServeConfig) -> Option<RedisOptions> {
     config.redis_url.as_ref().map(|url| RedisOptions {
-        url: url.clone(),
+        url: url.as_str().to_owned(),
         command_timeout: config.redis_timeout,
         pool_size: config.redis_pool_size,
         key_prefix: config.key_prefix.clone(),

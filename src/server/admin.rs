@@ -102,7 +102,8 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
         let Some(largest) = revoked.iter().map(|grant| grant.fencing_token).max() else {
             tracing::info!(
                 target: "leased::audit",
-                caller = %caller.name,
+                caller = caller.name.as_str(),
+                cert_sha256 = caller.cert_sha256.as_deref(),
                 peer = %caller.peer,
                 %name,
                 fencing_token = request.fencing_token,
@@ -123,7 +124,8 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
         // control characters (validated), and the log formatter escapes them anyway.
         tracing::warn!(
             target: "leased::audit",
-            caller = %caller.name,
+            caller = caller.name.as_str(),
+            cert_sha256 = caller.cert_sha256.as_deref(),
             peer = %caller.peer,
             %name,
             fencing_token = %tokens.join(","),
@@ -139,28 +141,35 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
 }
 
 /// Who made a call, for the audit log: the token's client name, else the mTLS client
-/// certificate's subject, else "anonymous"; and the peer address.
+/// certificate's name (its first DNS, URI or email SAN, else its subject; escaped, see
+/// `connections::PeerCertificate`), else "anonymous"; the certificate's SHA-256 fingerprint; and
+/// the peer address.
 struct Caller {
     name: String,
+    cert_sha256: Option<String>,
     peer: String,
 }
 
 impl Caller {
     fn of<T>(principal: &Option<Principal>, request: &Request<T>) -> Self {
         let connection = request.extensions().get::<ConnectionInfo>();
-        let subject = connection.and_then(|info| info.peer_subject.as_deref());
-        let name = match (principal, subject) {
-            (Some(principal), Some(subject)) => {
-                format!("token {:?} ({subject})", principal.client)
+        let certificate = connection.and_then(|info| info.peer_certificate.as_deref());
+        let name = match (principal, certificate) {
+            (Some(principal), Some(certificate)) => {
+                format!("token {:?} ({})", principal.client, certificate.name)
             }
             (Some(principal), None) => format!("token {:?}", principal.client),
-            (None, Some(subject)) => subject.to_owned(),
+            (None, Some(certificate)) => certificate.name.clone(),
             (None, None) => "anonymous".to_owned(),
         };
         let peer = connection
             .and_then(|info| info.tcp.remote_addr())
             .map_or_else(|| "unknown".to_owned(), |address| address.to_string());
-        Caller { name, peer }
+        Caller {
+            name,
+            cert_sha256: certificate.map(|certificate| certificate.sha256.clone()),
+            peer,
+        }
     }
 }
 

@@ -123,3 +123,40 @@ pub struct Listeners {
     /// Prometheus `GET /metrics`.
     pub metrics: Option<TcpListener>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's options print whole without a secret: the tokens file's tokens never show
+    /// (the Authenticator's `Debug` counts them), and TLS is file paths only.
+    #[test]
+    fn debug_of_the_options_never_shows_a_token() {
+        let path = std::env::temp_dir().join(format!(
+            "leased-options-debug-{}-{:?}.json",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(
+            &path,
+            r#"{"tokens": [{"client": "ops", "token": "hunter2-0123456789abcdef",
+                "prefixes": [""], "operations": ["revoke"]}]}"#,
+        )
+        .unwrap();
+        let auth = Authenticator::load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let options = ServerOptions {
+            auth: Some(Arc::new(auth)),
+            tls: Some(TlsFiles {
+                cert: "server.pem".into(),
+                key: "server.key".into(),
+                client_ca: Some("ca.pem".into()),
+            }),
+            ..ServerOptions::default()
+        };
+        for debug in [format!("{options:?}"), format!("{options:#?}")] {
+            assert!(!debug.contains("hunter2"), "{debug}");
+            assert!(debug.contains("server.key"), "{debug}");
+        }
+    }
+}

@@ -24,12 +24,23 @@ use tonic::{
     transport::{Certificate, Channel, ClientTlsConfig, Identity},
 };
 
-/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM files.
+/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, as PEM files;
+/// the CA signs more client certificates on request.
 struct Pki {
     dir: PathBuf,
+    ca: CertifiedIssuer<'static, KeyPair>,
     ca_pem: String,
     client_cert_pem: String,
     client_key_pem: String,
+    /// The client certificate's DER encoding (its fingerprint is in the audit log).
+    client_cert_der: Vec<u8>,
+}
+
+/// A client certificate signed by the test CA.
+struct ClientCertificate {
+    der: Vec<u8>,
+    cert_pem: String,
+    key_pem: String,
 }
 
 impl Pki {
@@ -47,8 +58,8 @@ impl Pki {
             .signed_by(&server_key, &ca)
             .unwrap();
         let client_key = KeyPair::generate().unwrap();
-        let mut client_params = CertificateParams::new(vec!["client.example".into()]).unwrap();
-        // The subject the audit log names a caller by when it has no token.
+        let mut client_params = CertificateParams::new(vec![CLIENT_SAN.into()]).unwrap();
+        // The subject (the audit log names a caller by the SAN, else by the subject).
         client_params.distinguished_name = DistinguishedName::new();
         client_params
             .distinguished_name
@@ -61,8 +72,32 @@ impl Pki {
         Pki {
             dir,
             ca_pem: ca.pem(),
+            ca,
             client_cert_pem: client_cert.pem(),
             client_key_pem: client_key.serialize_pem(),
+            client_cert_der: client_cert.der().to_vec(),
+        }
+    }
+
+    /// Another client certificate: `common_name` in its subject, `dns_names` as its SANs.
+    fn client_certificate(&self, common_name: &str, dns_names: &[&str]) -> ClientCertificate {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(
+            dns_names
+                .iter()
+                .map(|name| name.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        let certificate = params.signed_by(&key, &self.ca).unwrap();
+        ClientCertificate {
+            der: certificate.der().to_vec(),
+            cert_pem: certificate.pem(),
+            key_pem: key.serialize_pem(),
         }
     }
 
@@ -98,14 +133,22 @@ impl Pki {
         address: std::net::SocketAddr,
         with_certificate: bool,
     ) -> Result<Channel, tonic::transport::Error> {
+        let identity = with_certificate
+            .then(|| Identity::from_pem(&self.client_cert_pem, &self.client_key_pem));
+        self.channel_as(address, identity).await
+    }
+
+    /// A TLS connection to `address` that trusts the CA, presenting `identity` if any.
+    async fn channel_as(
+        &self,
+        address: std::net::SocketAddr,
+        identity: Option<Identity>,
+    ) -> Result<Channel, tonic::transport::Error> {
         let mut tls = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(&self.ca_pem))
             .domain_name("localhost");
-        if with_certificate {
-            tls = tls.identity(Identity::from_pem(
-                &self.client_cert_pem,
-                &self.client_key_pem,
-            ));
+        if let Some(identity) = identity {
+            tls = tls.identity(identity);
         }
         Channel::from_shared(format!("https://{address}"))
             .unwrap()
@@ -117,6 +160,9 @@ impl Pki {
 
 /// The common name of the client certificate's subject.
 const CLIENT_SUBJECT_CN: &str = "ops-alice";
+
+/// The client certificate's one SAN, which the audit log names a caller by when it has no token.
+const CLIENT_SAN: &str = "client.example";
 
 const PAYMENTS_TOKEN: &str = "payments-token-0123456789";
 const READER_TOKEN: &str = "reader-token-0123456789abc";

@@ -5,8 +5,8 @@ use std::{path::PathBuf, time::Duration};
 
 use crate::common::*;
 use crate::{
-    BASE_TOKENS, CLIENT_SUBJECT_CN, PAYMENTS_TOKEN, Pki, READER_TOKEN, acquire_request,
-    tokens_file, with_token, write_tokens,
+    BASE_TOKENS, CLIENT_SAN, PAYMENTS_TOKEN, Pki, READER_TOKEN, acquire_request, tokens_file,
+    with_token, write_tokens,
 };
 use leased::{
     config::ServeConfig,
@@ -18,7 +18,10 @@ use leased::{
     },
 };
 use tokio_stream::StreamExt;
-use tonic::{Code, transport::Channel};
+use tonic::{
+    Code,
+    transport::{Channel, Identity},
+};
 
 const OPERATOR_TOKEN: &str = "operator-token-0123456789ab";
 const OBSERVER_TOKEN: &str = "observer-token-0123456789ab";
@@ -492,10 +495,25 @@ async fn each_revoke_writes_one_audit_warning_naming_the_caller() {
     }
 }
 
-/// Without a token, an mTLS caller is named in the audit line by its certificate's subject.
+/// The first 16 hex digits of a certificate's SHA-256, as the audit log shows them.
+fn fingerprint(der: &[u8]) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
+    digest.as_ref()[..8]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// A certificate whose common name tries to pass for ops-alice and to start a forged log line.
+const HOSTILE_CN: &str = "mallory, CN=ops-alice\nFAKE audit line";
+
+/// Without a token, an mTLS caller is named in the audit line by its certificate's first SAN,
+/// else by its subject (RFC 4514, escaped: a comma cannot pose as another attribute, a newline
+/// is `\0A`), with the certificate's SHA-256 fingerprint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_names_the_mtls_subject_when_there_is_no_token() {
+async fn audit_names_the_mtls_certificate_when_there_is_no_token() {
     let pki = Pki::generate();
+    let hostile = pki.client_certificate(HOSTILE_CN, &[]);
     let redis = RedisServer::start();
     let mut server = LeasedProcess::serve()
         .redis(&redis.url())
@@ -516,13 +534,96 @@ async fn audit_names_the_mtls_subject_when_there_is_no_token() {
         .await
         .unwrap();
     assert!(revoked.revoked);
+
+    let channel = pki
+        .channel_as(
+            server.address,
+            Some(Identity::from_pem(&hostile.cert_pem, &hostile.key_pem)),
+        )
+        .await
+        .expect("mTLS handshake with the hostile certificate");
+    let mut client = LeaseServiceClient::new(channel.clone());
+    let mut admin = AdminClient::new(channel);
+    let held = must_acquire(&mut client, "mtls/hostile", 30_000).await;
+    let revoked = revoke_with(&mut admin, "mtls/hostile", held.fencing_token, None)
+        .await
+        .unwrap();
+    assert!(revoked.revoked);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = server.stop_and_read_log();
     let warnings = audit_warnings(&log);
-    assert_eq!(warnings.len(), 1, "{log}");
-    let caller = warnings[0]["fields"]["caller"].as_str().unwrap_or_default();
+    println!("audit warnings: {warnings:#?}");
+    assert_eq!(warnings.len(), 2, "{log}");
+
+    let fields = &warnings[0]["fields"];
+    assert_eq!(fields["name"], "mtls/audited", "{fields}");
+    assert_eq!(
+        fields["caller"],
+        format!("san:dns:{CLIENT_SAN}"),
+        "the caller is the certificate's SAN: {fields}"
+    );
+    assert_eq!(
+        fields["cert_sha256"],
+        fingerprint(&pki.client_cert_der),
+        "{fields}"
+    );
+
+    let fields = &warnings[1]["fields"];
+    assert_eq!(fields["name"], "mtls/hostile", "{fields}");
+    assert_eq!(
+        fields["caller"], "CN=mallory\\, CN=ops-alice\\0AFAKE audit line",
+        "without a SAN, the caller is the escaped subject: {fields}"
+    );
+    assert_eq!(fields["cert_sha256"], fingerprint(&hostile.der), "{fields}");
     assert!(
-        caller.contains(CLIENT_SUBJECT_CN),
-        "the caller is the certificate's subject: {caller:?}"
+        !log.lines().any(|line| line.starts_with("FAKE")),
+        "a forged line:\n{log}"
+    );
+}
+
+/// In the text log too, a newline in a certificate's subject stays on the audit line, escaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newline_in_an_mtls_subject_cannot_forge_a_text_log_line() {
+    let pki = Pki::generate();
+    let hostile = pki.client_certificate(HOSTILE_CN, &[]);
+    let redis = RedisServer::start();
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(pki.server_args(true))
+        .plaintext_health()
+        .log(Log::Captured)
+        .start()
+        .await;
+    let channel = pki
+        .channel_as(
+            server.address,
+            Some(Identity::from_pem(&hostile.cert_pem, &hostile.key_pem)),
+        )
+        .await
+        .expect("mTLS handshake with the hostile certificate");
+    let mut client = LeaseServiceClient::new(channel.clone());
+    let mut admin = AdminClient::new(channel);
+    let held = must_acquire(&mut client, "mtls/hostile", 30_000).await;
+    let revoked = revoke_with(&mut admin, "mtls/hostile", held.fencing_token, None)
+        .await
+        .unwrap();
+    assert!(revoked.revoked);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = server.stop_and_read_log();
+    let mentions: Vec<&str> = log.lines().filter(|line| line.contains("FAKE")).collect();
+    assert_eq!(mentions.len(), 1, "the subject on one line:\n{log}");
+    let line = mentions[0];
+    assert!(
+        line.contains("leased::audit") && line.contains("lease revoked"),
+        "{line}"
+    );
+    // The text format quotes the caller as a Rust string, which doubles each backslash.
+    assert!(
+        line.contains(r#"caller="CN=mallory\\, CN=ops-alice\\0AFAKE audit line""#),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("cert_sha256=\"{}\"", fingerprint(&hostile.der))),
+        "{line}"
     );
 }

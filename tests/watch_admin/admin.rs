@@ -250,6 +250,105 @@ async fn list_pages_through_2500_leases_each_exactly_once(replicas: &Replicas) {
         .await
         .expect_err("a page token of another prefix was accepted");
     assert_invalid(&status, "page_token");
+
+    // Small pages find each lease exactly once too, and (on Redis) every page token carries at
+    // most MAX_PENDING_NAMES names found but not listed yet.
+    for (prefix, page_size, expected) in [("list/many/00", 1, 100), (PREFIX, 7, LEASES)] {
+        let pages = list_pages(&mut admin, prefix, page_size, 5 * expected).await;
+        assert!(
+            pages
+                .iter()
+                .all(|page| page.leases.len() <= page_size as usize)
+        );
+        let mut listed: Vec<&str> = pages
+            .iter()
+            .flat_map(|page| page.leases.iter().map(|lease| lease.name.as_str()))
+            .collect();
+        listed.sort_unstable();
+        let count = listed.len();
+        listed.dedup();
+        assert_eq!(
+            listed.len(),
+            count,
+            "a lease listed twice with pages of {page_size}"
+        );
+        assert_eq!(count, expected, "pages of {page_size} under {prefix}");
+        let carried: Vec<usize> = pages
+            .iter()
+            .filter_map(|page| pending_names(&page.next_page_token))
+            .collect();
+        println!(
+            "{prefix} in {} pages of {page_size}: tokens carried up to {:?} names",
+            pages.len(),
+            carried.iter().max()
+        );
+        assert!(
+            carried.iter().all(|names| *names <= MAX_PENDING_NAMES),
+            "a page token carried more than {MAX_PENDING_NAMES} names: {carried:?}"
+        );
+        assert_eq!(replicas.on_redis(), !carried.is_empty());
+    }
+
+    // A hand-made Redis page token: with more names than a token may carry it is refused before
+    // any of them is read; with as many as a token may carry (all held), it lists them.
+    let hand_made = |names: usize| {
+        let pending: Vec<String> = (0..names).map(|i| format!("l{PREFIX}{i:04}")).collect();
+        format!("r1.{}...{}", hex(PREFIX), hex(&pending.join(" ")))
+    };
+    let status = admin
+        .list(ListRequest {
+            prefix: PREFIX.into(),
+            page_size: 1,
+            page_token: hand_made(MAX_PENDING_NAMES + 1),
+        })
+        .await
+        .expect_err("a page token with too many names was accepted");
+    assert_invalid(&status, "page_token");
+    let most = admin
+        .list(ListRequest {
+            prefix: PREFIX.into(),
+            page_size: 100,
+            page_token: hand_made(MAX_PENDING_NAMES),
+        })
+        .await;
+    if replicas.on_redis() {
+        let page = most
+            .expect("a page token with as many names as allowed")
+            .into_inner();
+        assert_eq!(page.leases.len(), MAX_PENDING_NAMES);
+        assert!(page.next_page_token.is_empty());
+    } else {
+        assert_invalid(&most.expect_err("not this store's token"), "page_token");
+    }
+}
+
+/// The most names found but not listed yet that a page token of the Redis store carries
+/// (`MAX_PENDING_NAMES` in src/store/redis/list.rs).
+const MAX_PENDING_NAMES: usize = 32;
+
+/// Text as lowercase hex, as page tokens spell their parts.
+fn hex(text: &str) -> String {
+    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// How many names a Redis page token (`r1.<prefix>.<slot>.<cursor>.<hex names>`) carries; `None`
+/// for another store's token or none.
+fn pending_names(token: &str) -> Option<usize> {
+    let fields: Vec<&str> = token.split('.').collect();
+    let ["r1", _, _, _, names] = fields.as_slice() else {
+        return None;
+    };
+    let bytes: Vec<u8> = (0..names.len())
+        .step_by(2)
+        .map(|index| u8::from_str_radix(&names[index..index + 2], 16).unwrap())
+        .collect();
+    Some(
+        String::from_utf8(bytes)
+            .unwrap()
+            .split(' ')
+            .filter(|name| !name.is_empty())
+            .count(),
+    )
 }
 
 /// A counting lease is listed once with every permit and its limit, fields 2 to 5 being the

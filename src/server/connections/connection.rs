@@ -11,7 +11,8 @@ use std::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use super::{cap::Slot, certificate_subject::certificate_subject, transport::Transport};
+use super::certificate_subject::PeerCertificate;
+use super::{cap::Slot, transport::Transport};
 
 /// A client connection past its handshake, as tonic serves it: it replays the bytes read during
 /// the handshake, then reads from the socket; it holds its place under the cap until dropped.
@@ -37,26 +38,27 @@ impl Connection {
 #[derive(Clone, Debug)]
 pub struct ConnectionInfo {
     pub tcp: TcpConnectInfo,
-    /// The subject of the client certificate, on an mTLS connection (e.g. "CN=ops-alice").
-    pub peer_subject: Option<Arc<str>>,
+    /// The client certificate, on an mTLS connection: its name for the audit log (escaped) and
+    /// its fingerprint.
+    pub peer_certificate: Option<Arc<PeerCertificate>>,
 }
 
 impl Connected for Connection {
     type ConnectInfo = ConnectionInfo;
 
     fn connect_info(&self) -> ConnectionInfo {
-        let peer_subject = match &self.transport {
+        let peer_certificate = match &self.transport {
             Transport::Plain(_) => None,
             Transport::Tls(stream) => stream
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|chain| chain.first())
-                .and_then(|certificate| certificate_subject(certificate.as_ref())),
+                .map(|certificate| Arc::new(PeerCertificate::of(certificate.as_ref()))),
         };
         ConnectionInfo {
             tcp: self.transport.tcp().connect_info(),
-            peer_subject,
+            peer_certificate,
         }
     }
 }

@@ -30,9 +30,20 @@ use crate::{
 /// also ignore them at once).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Names a page of `list` looks at, at most, held or not: the cost of a page stays bounded even
-/// when most names under the prefix are no longer held.
-const MAX_NAMES_PER_PAGE: usize = 10_000;
+/// Names a page of `list` looks at, held or not, per lease it may list (for a page size of at
+/// least [`MIN_COUNTED_PAGE_SIZE`]): the work of one call, done under the store's lock, is
+/// bounded by its page size even when most names under the prefix are no longer held, as the
+/// Redis store's is by ten `SCAN` batches of about the page size. A page of 1,000 looks at
+/// 10,000 names at most, a page of 1 at 100.
+const NAMES_PER_PAGE_SLOT: usize = 10;
+
+/// The page size [`names_per_page`] counts a smaller page as (the Redis store's smallest batch).
+const MIN_COUNTED_PAGE_SIZE: usize = 10;
+
+/// Names a page of `page_size` looks at, at most.
+fn names_per_page(page_size: usize) -> usize {
+    page_size.max(MIN_COUNTED_PAGE_SIZE) * NAMES_PER_PAGE_SLOT
+}
 
 /// The version of this store's page tokens: `m1.<hex of the prefix>.<hex of the last name>`.
 const PAGE_TOKEN_VERSION: &str = "m1.";
@@ -421,6 +432,7 @@ impl LeaseStore for MemoryStore {
             .take_while(|name| name.starts_with(prefix.as_str()));
         let mut leases = Vec::new();
         let mut last_name = None;
+        let most = names_per_page(page_size);
         for (looked_at, name) in names.by_ref().enumerate() {
             last_name = Some(name);
             let description = state.describe(name, now);
@@ -428,7 +440,7 @@ impl LeaseStore for MemoryStore {
             if let (false, Ok(name)) = (description.holders.is_empty(), parse_name(name)) {
                 leases.push(DescribedLease { name, description });
             }
-            if leases.len() >= page_size || looked_at + 1 >= MAX_NAMES_PER_PAGE {
+            if leases.len() >= page_size || looked_at + 1 >= most {
                 break;
             }
         }

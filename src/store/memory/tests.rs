@@ -224,12 +224,13 @@ async fn list_pages_through_every_held_lease_once() {
     assert_eq!(everything.len(), 2_505);
 }
 
-/// A page looks at a bounded number of names: a prefix full of names no longer held gives
-/// short (even empty) pages with a next token, never one unbounded walk.
+/// A page looks at a number of names bounded by its page size: a prefix full of names no
+/// longer held gives short (even empty) pages with a next token, never one unbounded walk; a
+/// page of 1 looks at 100 names, a page of 1,000 at 10,000.
 #[tokio::test(start_paused = true)]
 async fn a_list_page_has_a_bounded_cost() {
     let store = test_replica(16);
-    let count = MAX_NAMES_PER_PAGE + 10;
+    let count = names_per_page(1_000) + 10;
     for n in 0..count {
         take(&store, &request(&format!("old/{n:06}"), 10, 1, 0)).await;
     }
@@ -243,6 +244,29 @@ async fn a_list_page_has_a_bounded_cost() {
     let names: Vec<&str> = second.leases.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(names, vec!["old/zz-held"]);
     assert_eq!(second.next_page_token, None);
+
+    assert_eq!(names_per_page(1), 100);
+    let mut token = None;
+    let mut pages = 0;
+    let listed = loop {
+        let page = store.list(&prefix, 1, token.as_deref()).await.unwrap();
+        pages += 1;
+        if pages == 1 {
+            let next = page.next_page_token.as_deref().expect("a next page");
+            assert_eq!(
+                parse_page_token(next, &prefix).unwrap(),
+                "old/000099",
+                "the first page of 1 looked at 100 names"
+            );
+        }
+        match page.next_page_token {
+            Some(next) if page.leases.is_empty() => token = Some(next),
+            _ => break page.leases,
+        }
+    };
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].name.as_str(), "old/zz-held");
+    assert_eq!(pages, count / 100 + 1, "pages of 100 names looked at");
 }
 
 /// A page token is the store's own, for one prefix: garbage, or a token of another listing,

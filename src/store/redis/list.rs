@@ -20,8 +20,9 @@ use crate::{
     throttle::{LOG_INTERVAL, Throttle},
 };
 
-/// A page of `List` makes at most this many `SCAN` calls, so its cost is bounded whatever the
-/// size of the keyspace; a page that runs out of them ends short, with a next page token.
+/// A page of `List` makes at most this many `SCAN` calls (one more if the last batch is scanned
+/// again, see [`MAX_PENDING_NAMES`]), so its cost is bounded whatever the size of the keyspace; a
+/// page that runs out of them ends short, with a next page token.
 const MAX_SCANS_PER_PAGE: usize = 10;
 
 /// The `COUNT` of each `SCAN` (about how many keys it visits): the room left on the page, within
@@ -30,9 +31,19 @@ const MAX_SCANS_PER_PAGE: usize = 10;
 const MIN_SCAN_COUNT: usize = 10;
 const MAX_SCAN_COUNT: usize = 1_000;
 
-/// A page token carries at most this many names found but not listed yet: a token that says it
-/// has more was not made here (a batch finds about `COUNT` keys, a few more at most).
-const MAX_PENDING_NAMES: usize = 2 * MAX_SCAN_COUNT;
+/// A page token carries at most this many names found but not listed yet, whatever the page size
+/// (`List` with a token that says it has more is `INVALID_ARGUMENT` `page_token`), so that a
+/// hand-made token cannot make one call describe more than a few dozen names on top of the
+/// page's own batches.
+///
+/// What the server carries: a batch's names that the page had no room for. A batch asks for
+/// `COUNT` = the room left on the page (at least [`MIN_SCAN_COUNT`]), so what it finds past the
+/// room is under `MIN_SCAN_COUNT` names, plus what `SCAN` returns past its `COUNT`: it stops after
+/// the step that reaches `COUNT`, one bucket of Redis's table (and, during a rehash, the buckets
+/// of the new table it maps to), a few keys. A batch that finds more than the room plus this is
+/// scanned again one step at a time ([`RedisStore::list_page`]), so a token the server makes
+/// never carries more; the names a token carries only ever shrink on the next page.
+const MAX_PENDING_NAMES: usize = 32;
 
 /// Names a page of `List` describes at once.
 const LIST_DESCRIBES_IN_FLIGHT: usize = 32;
@@ -43,10 +54,12 @@ const PAGE_TOKEN_VERSION: &str = "r1";
 /// skipped by every listing that finds it.
 static LIST_SKIPPED: Throttle = Throttle::new(LOG_INTERVAL);
 /// `List`: `SCAN` every master in turn, a bounded number of times per page, and describe the
-/// lease names found. Each `SCAN` batch is read once: its names that do not fit on the page are
+/// lease names found. Each `SCAN` batch is taken once: its names that do not fit on the page are
 /// carried in the page token and come first on the next page, so a page never scans a batch
-/// again. A page token holds the master (a slot it serves), the cursor of its next batch, and
-/// those names.
+/// again (but for a batch with more names than the page and a token can hold, which is dropped
+/// before anything of it is taken and scanned again one step at a time). A page token holds the
+/// master (a slot it serves), the cursor of its next batch, and those names (at most
+/// [`MAX_PENDING_NAMES`]).
 ///
 /// `SCAN` returns every key present for the whole scan, and the same key twice only if Redis
 /// shrinks its table meanwhile (after most keys were deleted): so every lease held for the whole
@@ -83,20 +96,44 @@ impl RedisStore {
         let mut leases = Vec::new();
         let mut scans = 0;
         loop {
+            // Goes through all of `pending` unless the page fills first; then what is left is
+            // fewer names than the token brought, or the batch's names past the room, which
+            // `carriable` checked: never more than MAX_PENDING_NAMES.
             let taken = self.take_held(&pending, page_size, &mut leases).await?;
             pending.drain(..taken);
             let Some((index, cursor)) = next else {
                 break; // every master is done
             };
-            if leases.len() == page_size || scans == MAX_SCANS_PER_PAGE {
+            if leases.len() == page_size || scans >= MAX_SCANS_PER_PAGE {
                 break;
             }
-            let count = (page_size - leases.len()).clamp(MIN_SCAN_COUNT, MAX_SCAN_COUNT);
-            let (after, keys) = self
+            let room = page_size - leases.len();
+            let count = room.clamp(MIN_SCAN_COUNT, MAX_SCAN_COUNT);
+            let (mut after, keys) = self
                 .scan(&masters[index], cursor, &pattern, count, prefix)
                 .await?;
             scans += 1;
-            pending = lease_names(&self.key_prefix, prefix, &keys);
+            let mut names = lease_names(&self.key_prefix, prefix, &keys);
+            if !carriable(names.len(), room) {
+                // SCAN went far past COUNT (long chains in Redis's table, or a rehash): what
+                // would not fit on the page could not all travel in the token. Nothing of the
+                // batch is taken yet: scan again from the same cursor, one step only.
+                let (step_after, keys) = self
+                    .scan(&masters[index], cursor, &pattern, 1, prefix)
+                    .await?;
+                scans += 1;
+                after = step_after;
+                names = lease_names(&self.key_prefix, prefix, &keys);
+                if !carriable(names.len(), room) {
+                    return Err(Error::Unavailable(format!(
+                        "list: one SCAN step found {} lease names, more than a page with room \
+                         for {room} and its page token ({MAX_PENDING_NAMES}) can hold; Redis \
+                         is likely rehashing its table: retry",
+                        names.len()
+                    )));
+                }
+            }
+            pending = names;
             next = match after {
                 0 => (index + 1 < masters.len()).then_some((index + 1, 0)),
                 after => Some((index, after)),
@@ -247,6 +284,12 @@ impl RedisStore {
         }
         Ok(names.len())
     }
+}
+
+/// Whether a batch of `names` lease names can be taken by a page with `room` left: the names
+/// past the room (the most the page may leave untaken) fit in a page token.
+fn carriable(names: usize, room: usize) -> bool {
+    names.saturating_sub(room) <= MAX_PENDING_NAMES
 }
 
 /// The highest Redis Cluster hash slot.
@@ -506,6 +549,8 @@ mod tests {
         let made = |fields: [&str; 5]| fields.join(".");
         let hex_jobs = to_hex("jobs/");
         let too_many = vec!["ljobs/x"; MAX_PENDING_NAMES + 1].join(" ");
+        let most = vec!["ljobs/x"; MAX_PENDING_NAMES].join(" ");
+        assert!(PageToken::parse(&made(["r1", &hex_jobs, "", "", &to_hex(&most)]), &jobs).is_ok());
         for garbage in [
             "garbage".to_owned(),
             "r1".to_owned(),
@@ -526,6 +571,25 @@ mod tests {
         ] {
             let error = PageToken::parse(&garbage, &jobs).unwrap_err();
             assert_eq!(invalid_field(error), "page_token", "{garbage:?}");
+        }
+    }
+
+    /// A page takes a batch only if the names it may leave untaken fit in a page token: a page
+    /// with room for 1 takes a batch of 1 + 32 names, not 34; a full batch of 1000 for a page of
+    /// 1000 is taken whatever it leaves.
+    #[test]
+    fn a_batch_is_taken_only_if_its_leftover_fits_a_token() {
+        assert!(carriable(0, 1));
+        assert!(carriable(MIN_SCAN_COUNT + 5, 1));
+        assert!(carriable(1 + MAX_PENDING_NAMES, 1));
+        assert!(!carriable(2 + MAX_PENDING_NAMES, 1));
+        assert!(carriable(1_000 + MAX_PENDING_NAMES, 1_000));
+        assert!(!carriable(1_001 + MAX_PENDING_NAMES, 1_000));
+        // A batch of COUNT (the room, at least MIN_SCAN_COUNT) with a bucket's worth of keys
+        // past it is always taken at once.
+        for room in 1..=MAX_SCAN_COUNT {
+            let count = room.clamp(MIN_SCAN_COUNT, MAX_SCAN_COUNT);
+            assert!(carriable(count + 20, room), "room {room}");
         }
     }
 
