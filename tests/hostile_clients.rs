@@ -28,6 +28,82 @@ async fn connected_client(address: std::net::SocketAddr) -> LeaseServiceClient<C
     client
 }
 
+/// What a flood test watches while the flood runs: an established client describes every 10 ms,
+/// and the server's open file descriptors and RSS are sampled.
+struct Probe {
+    stop: tokio::sync::watch::Sender<bool>,
+    describing: tokio::task::JoinHandle<(LeaseServiceClient<Channel>, Vec<Duration>)>,
+    sampling: tokio::task::JoinHandle<(usize, u64)>,
+}
+
+/// What a [`Probe`] saw: the Describe latencies (sorted), the most file descriptors and RSS (KiB).
+struct Seen {
+    latencies: Vec<Duration>,
+    max_fds: usize,
+    max_rss: u64,
+}
+
+impl Seen {
+    fn p99(&self) -> Duration {
+        self.latencies[self.latencies.len() * 99 / 100]
+    }
+}
+
+impl Probe {
+    /// Starts describing `name` with `client`, and sampling the process `pid` every
+    /// `sample_every`.
+    fn start(
+        mut client: LeaseServiceClient<Channel>,
+        pid: u32,
+        name: &'static str,
+        sample_every: Duration,
+    ) -> Self {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let describing = tokio::spawn({
+            let mut stopped = stopped.clone();
+            async move {
+                let mut latencies = Vec::new();
+                while !*stopped.borrow() {
+                    let started = Instant::now();
+                    describe(&mut client, name).await;
+                    latencies.push(started.elapsed());
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(10), stopped.changed()).await;
+                }
+                (client, latencies)
+            }
+        });
+        let sampling = tokio::spawn(async move {
+            let (mut max_fds, mut max_rss) = (0, 0);
+            while !*stopped.borrow() {
+                max_fds = max_fds.max(proc::open_fds(pid).unwrap_or(0));
+                max_rss = max_rss.max(proc::rss_kib(pid).unwrap_or(0));
+                tokio::time::sleep(sample_every).await;
+            }
+            (max_fds, max_rss)
+        });
+        Probe {
+            stop,
+            describing,
+            sampling,
+        }
+    }
+
+    /// Stops, and gives the client back with what was seen.
+    async fn stop(self) -> (LeaseServiceClient<Channel>, Seen) {
+        let _ = self.stop.send(true);
+        let (client, mut latencies) = self.describing.await.unwrap();
+        let (max_fds, max_rss) = self.sampling.await.unwrap();
+        latencies.sort();
+        let seen = Seen {
+            latencies,
+            max_fds,
+            max_rss,
+        };
+        (client, seen)
+    }
+}
+
 /// Waits up to `timeout` until the server has closed all of `streams`.
 async fn wait_all_closed(streams: &[TcpStream], timeout: Duration) -> Result<(), usize> {
     let start = Instant::now();
@@ -244,35 +320,11 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
     let redis = RedisServer::start();
     let server = LeasedProcess::serve().redis(&redis.url()).start().await;
     let pid = server.pid();
-    let mut client = connected_client(server.address).await;
+    let client = connected_client(server.address).await;
     let fds_before = proc::open_fds(pid).unwrap();
     let rss_before = proc::rss_kib(pid).unwrap();
 
-    // An established client describes every 10 ms, and /proc is sampled, while the flood runs.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let describing = tokio::spawn({
-        let mut stopped = stopped.clone();
-        async move {
-            let mut latencies = Vec::new();
-            while !*stopped.borrow() {
-                let started = Instant::now();
-                describe(&mut client, "hostile/flood").await;
-                latencies.push(started.elapsed());
-                let _ = tokio::time::timeout(Duration::from_millis(10), stopped.changed()).await;
-            }
-            (client, latencies)
-        }
-    });
-    let sampling = tokio::spawn(async move {
-        let mut max_fds = 0;
-        let mut max_rss = 0;
-        while !*stopped.borrow() {
-            max_fds = max_fds.max(proc::open_fds(pid).unwrap_or(0));
-            max_rss = max_rss.max(proc::rss_kib(pid).unwrap_or(0));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        (max_fds, max_rss)
-    });
+    let probe = Probe::start(client, pid, "hostile/flood", Duration::from_millis(100));
 
     let started = Instant::now();
     let idle = idle_flood(server.address, IDLE).await;
@@ -310,11 +362,9 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let _ = stop.send(true);
-    let (mut client, mut latencies) = describing.await.unwrap();
-    let (max_fds, max_rss) = sampling.await.unwrap();
-    latencies.sort();
-    let p99 = latencies[latencies.len() * 99 / 100];
+    let (mut client, seen) = probe.stop().await;
+    let (latencies, p99, max_fds, max_rss) =
+        (&seen.latencies, seen.p99(), seen.max_fds, seen.max_rss);
     println!(
         "during the flood: {} describes, p99 {p99:?}, max {:?}; server fds {fds_before} -> max \
          {max_fds}; RSS {rss_before} -> max {max_rss} KiB; CPU {cpu:?} in {window:?}",
@@ -385,33 +435,17 @@ async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
         .start()
         .await;
     let pid = server.pid();
-    let mut client = connected_client(server.address).await;
+    let client = connected_client(server.address).await;
     assert!(scrape_metrics(metrics_port).contains("leased_grants_total"));
     tokio::time::sleep(Duration::from_millis(200)).await; // the scrape's connection closes
     let fds_before = proc::open_fds(pid).unwrap();
 
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let describing = tokio::spawn({
-        let mut stopped = stopped.clone();
-        async move {
-            let mut latencies = Vec::new();
-            while !*stopped.borrow() {
-                let started = Instant::now();
-                describe(&mut client, "hostile/metrics-flood").await;
-                latencies.push(started.elapsed());
-                let _ = tokio::time::timeout(Duration::from_millis(10), stopped.changed()).await;
-            }
-            latencies
-        }
-    });
-    let sampling = tokio::spawn(async move {
-        let mut max_fds = 0;
-        while !*stopped.borrow() {
-            max_fds = max_fds.max(proc::open_fds(pid).unwrap_or(0));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        max_fds
-    });
+    let probe = Probe::start(
+        client,
+        pid,
+        "hostile/metrics-flood",
+        Duration::from_millis(20),
+    );
 
     let flood = flood::open(metrics_address, FLOOD, HALF_SENT).await;
     println!(
@@ -429,11 +463,8 @@ async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
     // The flood's connections are closed: evicted at the cap, or at the request deadline.
     let closed = wait_all_closed(&flood, Duration::from_secs(10)).await;
 
-    let _ = stop.send(true);
-    let mut latencies = describing.await.unwrap();
-    let max_fds = sampling.await.unwrap();
-    latencies.sort();
-    let p99 = latencies[latencies.len() * 99 / 100];
+    let (_, seen) = probe.stop().await;
+    let (latencies, p99, max_fds) = (&seen.latencies, seen.p99(), seen.max_fds);
     println!(
         "during the metrics flood: {} describes, p99 {p99:?}, max {:?}; server fds {fds_before} \
          -> max {max_fds}",

@@ -139,7 +139,10 @@ pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
         ("maxLimit", "LEASED_MAX_LIMIT"),
         ("maxLeasesPerStream", "LEASED_MAX_LEASES_PER_STREAM"),
         ("maxFollowedNames", "LEASED_MAX_FOLLOWED_NAMES"),
-        ("maxFollowedNamesPerToken", "LEASED_MAX_FOLLOWED_NAMES_PER_TOKEN"),
+        (
+            "maxFollowedNamesPerToken",
+            "LEASED_MAX_FOLLOWED_NAMES_PER_TOKEN",
+        ),
         ("maxMessageBytes", "LEASED_MAX_MESSAGE_BYTES"),
         ("maxConnections", "LEASED_MAX_CONNECTIONS"),
         ("handshakeTimeout", "LEASED_HANDSHAKE_TIMEOUT"),

@@ -70,28 +70,11 @@ pub(super) async fn serve(listener: TcpListener, request_timeout: Duration, shut
                 _ = shutdown.fired() => return,
             }
         }
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.fired() => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => {
-                backoff.reset();
-                stream
-            }
-            Err(error) => {
-                if let Some(pause) = backoff.after(&error) {
-                    metrics().accept_errors.inc();
-                    if let Some(suppressed) = ACCEPT_LOG.admit() {
-                        tracing::warn!(%error, ?pause, suppressed, "metrics port cannot accept connections; pausing");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = shutdown.fired() => return,
-                    }
-                }
-                continue;
-            }
+        let Some(stream) = backoff
+            .accept(&listener, &ACCEPT_LOG, "metrics", || shutdown.fired())
+            .await
+        else {
+            return;
         };
         let (entry, evicted) = open.admit();
         tokio::spawn(serve_connection(stream, request_timeout, entry, evicted));

@@ -138,6 +138,18 @@ impl Pki {
         self.channel_as(address, identity).await
     }
 
+    /// An mTLS connection to `address` that presents `certificate`.
+    async fn channel_presenting(
+        &self,
+        address: std::net::SocketAddr,
+        certificate: &ClientCertificate,
+    ) -> Channel {
+        let identity = Identity::from_pem(&certificate.cert_pem, &certificate.key_pem);
+        self.channel_as(address, Some(identity))
+            .await
+            .expect("mTLS handshake with the client certificate")
+    }
+
     /// A TLS connection to `address` that trusts the CA, presenting `identity` if any.
     async fn channel_as(
         &self,
@@ -215,6 +227,24 @@ fn with_token<T>(message: T, token: Option<&str>) -> Request<T> {
             .insert("authorization", format!("Bearer {token}").parse().unwrap());
     }
     request
+}
+
+/// Acquire of `name` with `token`, which must be granted.
+async fn acquire_with(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    token: &str,
+) -> leased::proto::Granted {
+    use tokio_stream::StreamExt;
+    let mut stream = client
+        .acquire(with_token(acquire_request(name), Some(token)))
+        .await
+        .unwrap()
+        .into_inner();
+    match stream.next().await.unwrap().unwrap().result.unwrap() {
+        leased::proto::acquire_response::Result::Granted(granted) => granted,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn acquire_request(name: &str) -> AcquireRequest {

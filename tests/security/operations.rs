@@ -5,8 +5,8 @@ use std::{path::PathBuf, time::Duration};
 
 use crate::common::*;
 use crate::{
-    BASE_TOKENS, CLIENT_SAN, PAYMENTS_TOKEN, Pki, READER_TOKEN, acquire_request, tokens_file,
-    with_token, write_tokens,
+    BASE_TOKENS, CLIENT_SAN, PAYMENTS_TOKEN, Pki, READER_TOKEN, acquire_request, acquire_with,
+    tokens_file, with_token, write_tokens,
 };
 use leased::{
     config::ServeConfig,
@@ -18,10 +18,7 @@ use leased::{
     },
 };
 use tokio_stream::StreamExt;
-use tonic::{
-    Code,
-    transport::{Channel, Identity},
-};
+use tonic::{Code, transport::Channel};
 
 const OPERATOR_TOKEN: &str = "operator-token-0123456789ab";
 const OBSERVER_TOKEN: &str = "observer-token-0123456789ab";
@@ -110,21 +107,15 @@ async fn revoke_with(
     Ok(admin.revoke(with_token(request, token)).await?.into_inner())
 }
 
-/// Acquire of `name` with `token`, which must be granted.
-async fn acquire_with(
-    client: &mut LeaseServiceClient<Channel>,
-    name: &str,
-    token: &str,
-) -> leased::proto::Granted {
-    let mut stream = client
-        .acquire(with_token(acquire_request(name), Some(token)))
+/// Over `channel`, acquires `name` and revokes it, without a token.
+async fn hold_and_revoke(channel: Channel, name: &str) {
+    let mut client = LeaseServiceClient::new(channel.clone());
+    let mut admin = AdminClient::new(channel);
+    let held = must_acquire(&mut client, name, 30_000).await;
+    let revoked = revoke_with(&mut admin, name, held.fencing_token, None)
         .await
-        .unwrap()
-        .into_inner();
-    match stream.next().await.unwrap().unwrap().result.unwrap() {
-        leased::proto::acquire_response::Result::Granted(granted) => granted,
-        other => panic!("{other:?}"),
-    }
+        .unwrap();
+    assert!(revoked.revoked);
 }
 
 fn code_of<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> Code {
@@ -527,28 +518,10 @@ async fn audit_names_the_mtls_certificate_when_there_is_no_token() {
         .channel(server.address, true)
         .await
         .expect("mTLS handshake");
-    let mut client = LeaseServiceClient::new(channel.clone());
-    let mut admin = AdminClient::new(channel);
-    let held = must_acquire(&mut client, "mtls/audited", 30_000).await;
-    let revoked = revoke_with(&mut admin, "mtls/audited", held.fencing_token, None)
-        .await
-        .unwrap();
-    assert!(revoked.revoked);
+    hold_and_revoke(channel, "mtls/audited").await;
 
-    let channel = pki
-        .channel_as(
-            server.address,
-            Some(Identity::from_pem(&hostile.cert_pem, &hostile.key_pem)),
-        )
-        .await
-        .expect("mTLS handshake with the hostile certificate");
-    let mut client = LeaseServiceClient::new(channel.clone());
-    let mut admin = AdminClient::new(channel);
-    let held = must_acquire(&mut client, "mtls/hostile", 30_000).await;
-    let revoked = revoke_with(&mut admin, "mtls/hostile", held.fencing_token, None)
-        .await
-        .unwrap();
-    assert!(revoked.revoked);
+    let channel = pki.channel_presenting(server.address, &hostile).await;
+    hold_and_revoke(channel, "mtls/hostile").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = server.stop_and_read_log();
     let warnings = audit_warnings(&log);
@@ -594,20 +567,8 @@ async fn a_newline_in_an_mtls_subject_cannot_forge_a_text_log_line() {
         .log(Log::Captured)
         .start()
         .await;
-    let channel = pki
-        .channel_as(
-            server.address,
-            Some(Identity::from_pem(&hostile.cert_pem, &hostile.key_pem)),
-        )
-        .await
-        .expect("mTLS handshake with the hostile certificate");
-    let mut client = LeaseServiceClient::new(channel.clone());
-    let mut admin = AdminClient::new(channel);
-    let held = must_acquire(&mut client, "mtls/hostile", 30_000).await;
-    let revoked = revoke_with(&mut admin, "mtls/hostile", held.fencing_token, None)
-        .await
-        .unwrap();
-    assert!(revoked.revoked);
+    let channel = pki.channel_presenting(server.address, &hostile).await;
+    hold_and_revoke(channel, "mtls/hostile").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = server.stop_and_read_log();
     let mentions: Vec<&str> = log.lines().filter(|line| line.contains("FAKE")).collect();

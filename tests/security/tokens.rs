@@ -9,7 +9,8 @@ use std::{
 
 use crate::common::*;
 use crate::{
-    NEW_TOKEN, PAYMENTS_TOKEN, READER_TOKEN, acquire_request, tokens_file, with_token, write_tokens,
+    NEW_TOKEN, PAYMENTS_TOKEN, READER_TOKEN, TokenEntry, acquire_request, acquire_with,
+    tokens_file, with_token, write_tokens,
 };
 use leased::{
     config::ServeConfig,
@@ -170,6 +171,17 @@ async fn bearer_tokens_authenticate_and_authorize_every_rpc() {
     );
 }
 
+/// "payments" may use and watch payments/ names, "reader" may describe and watch every name.
+const WATCHING_TOKENS: [TokenEntry; 2] = [
+    (
+        "payments",
+        PAYMENTS_TOKEN,
+        &["payments/"],
+        &["acquire", "renew", "release", "describe", "watch"],
+    ),
+    ("reader", READER_TOKEN, &[""], &["describe", "watch"]),
+];
+
 /// SIGHUP reloads the tokens file: a new token works, a removed one stops working for new calls,
 /// and streams opened before the reload lose what the reload took away: a removed token's Renew
 /// stream, Watch stream and waiting Acquire end with UNAUTHENTICATED, a token narrowed away from
@@ -186,19 +198,8 @@ async fn sighup_reload_applies_to_open_streams() {
     );
     let redis = RedisServer::start();
     let tokens = tokens_file();
-    write_tokens(
-        &tokens,
-        &[
-            (
-                "payments",
-                PAYMENTS_TOKEN,
-                &["payments/"],
-                &["acquire", "renew", "release", "describe", "watch"],
-            ),
-            ("reader", READER_TOKEN, &[""], &["describe", "watch"]),
-            keeper,
-        ],
-    );
+    let [payments, reader] = WATCHING_TOKENS;
+    write_tokens(&tokens, &[payments, reader, keeper]);
     let metrics_port = free_port();
     let server = LeasedProcess::serve()
         .redis(&redis.url())
@@ -321,23 +322,6 @@ async fn sighup_reload_applies_to_open_streams() {
     );
 }
 
-/// A granted lease of `token`.
-async fn acquire_with(
-    client: &mut LeaseServiceClient<Channel>,
-    name: &str,
-    token: &str,
-) -> Granted {
-    let mut stream = client
-        .acquire(with_token(acquire_request(name), Some(token)))
-        .await
-        .unwrap()
-        .into_inner();
-    match stream.next().await.unwrap().unwrap().result.unwrap() {
-        acquire_response::Result::Granted(granted) => granted,
-        other => panic!("{other:?}"),
-    }
-}
-
 /// A Renew stream opened with `token`: where to send renewals, and the answers.
 async fn open_renew_stream(
     client: &mut LeaseServiceClient<Channel>,
@@ -413,18 +397,7 @@ fn non_loopback_listen_without_auth_is_refused() {
 async fn followed_names_are_bounded_per_token_and_per_server() {
     let redis = RedisServer::start();
     let tokens = tokens_file();
-    write_tokens(
-        &tokens,
-        &[
-            (
-                "payments",
-                PAYMENTS_TOKEN,
-                &["payments/"],
-                &["acquire", "renew", "release", "describe", "watch"],
-            ),
-            ("reader", READER_TOKEN, &[""], &["describe", "watch"]),
-        ],
-    );
+    write_tokens(&tokens, &WATCHING_TOKENS);
     let server = LeasedProcess::serve()
         .redis(&redis.url())
         .args([

@@ -3,6 +3,10 @@
 
 use std::{io, time::Duration};
 
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::{metrics::metrics, throttle::Throttle};
+
 /// First and longest pause of accepting after a resource error.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -38,6 +42,42 @@ impl AcceptBackoff {
 
     pub(in crate::server) fn reset(&mut self) {
         self.next = ACCEPT_BACKOFF_MIN;
+    }
+
+    /// The next connection of `listener`, or `None` once `stop()` completes. Errors of the one
+    /// connection are skipped; any other pauses accepting as [`AcceptBackoff::after`] says,
+    /// counted in `leased_accept_errors_total` and logged through `log` (at most once per its
+    /// interval) with the `port` it happened on.
+    pub(in crate::server) async fn accept<F: Future<Output = ()>>(
+        &mut self,
+        listener: &TcpListener,
+        log: &Throttle,
+        port: &'static str,
+        stop: impl Fn() -> F,
+    ) -> Option<TcpStream> {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stop() => return None,
+            };
+            let error = match accepted {
+                Ok((stream, _)) => {
+                    self.reset();
+                    return Some(stream);
+                }
+                Err(error) => error,
+            };
+            if let Some(pause) = self.after(&error) {
+                metrics().accept_errors.inc();
+                if let Some(suppressed) = log.admit() {
+                    tracing::warn!(%error, ?pause, suppressed, port, "cannot accept connections; pausing");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = stop() => return None,
+                }
+            }
+        }
     }
 }
 

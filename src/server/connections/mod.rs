@@ -122,29 +122,12 @@ async fn accept_loop(
 ) {
     let mut backoff = AcceptBackoff::default();
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            // tonic stopped accepting (shutdown): returning drops, and so closes, the listener.
-            _ = ready.closed() => return,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => {
-                backoff.reset();
-                stream
-            }
-            Err(error) => {
-                if let Some(pause) = backoff.after(&error) {
-                    metrics().accept_errors.inc();
-                    if let Some(suppressed) = ACCEPT_LOG.admit() {
-                        tracing::warn!(%error, ?pause, suppressed, "cannot accept connections; pausing");
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = ready.closed() => return,
-                    }
-                }
-                continue;
-            }
+        // tonic stopped accepting (shutdown): returning drops, and so closes, the listener.
+        let Some(stream) = backoff
+            .accept(&listener, &ACCEPT_LOG, "grpc", || ready.closed())
+            .await
+        else {
+            return;
         };
         let Some(slot) = connections.admit_when_room().await else {
             metrics().connections_refused.inc();

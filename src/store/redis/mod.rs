@@ -57,7 +57,7 @@ use crate::{
 /// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) came with Redis 7.0.
 const MIN_REDIS_MAJOR: u32 = 7;
 /// How to reach Redis and how long to wait for it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RedisOptions {
     /// `redis://`, `rediss://`, `redis-sentinel://` or `redis-cluster://` URL.
     pub url: String,
@@ -71,6 +71,20 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
     /// How long a name's fencing counter outlives its last grant (`--redis-counter-keep`).
     pub counter_keep: Duration,
+}
+
+/// Everything but the URL, which may hold passwords (the settings' `Debug` shows it redacted).
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("url", &"(hidden)")
+            .field("command_timeout", &self.command_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("key_prefix", &self.key_prefix)
+            .field("max_waiters_per_name", &self.max_waiters_per_name)
+            .field("counter_keep", &self.counter_keep)
+            .finish()
+    }
 }
 
 /// A [`LeaseStore`](crate::lease::LeaseStore) on Redis, shared by any number of `leased` replicas.
