@@ -44,21 +44,33 @@ pub struct LeaseId(String);
 impl LeaseId {
     /// A fresh, unguessable lease id.
     pub fn generate() -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
-        let mut hex = String::with_capacity(32);
-        for byte in bytes {
-            hex.push(HEX[usize::from(byte >> 4)] as char);
-            hex.push(HEX[usize::from(byte & 0xf)] as char);
-        }
-        LeaseId(hex)
+        LeaseId(hex(&bytes))
     }
 
     /// The secret itself, for the store and for the holder's reply only.
     pub fn expose(&self) -> &str {
         &self.0
     }
+}
+
+/// `bytes` in lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        hex.push(DIGITS[usize::from(byte >> 4)] as char);
+        hex.push(DIGITS[usize::from(byte & 0xf)] as char);
+    }
+    hex
+}
+
+/// The first `hex_digits` (even, at most 64) lowercase hex digits of the SHA-256 of `bytes`: what
+/// Redis holds of a lease id, the fingerprint of a client certificate in the audit log.
+pub(crate) fn sha256_hex(bytes: &[u8], hex_digits: usize) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
+    hex(&digest.as_ref()[..hex_digits / 2])
 }
 
 impl fmt::Debug for LeaseId {

@@ -169,11 +169,18 @@ impl Authenticator {
         Ok(count)
     }
 
-    /// What `principal`'s token may do under the tokens in force now: `UNAUTHENTICATED` once a
-    /// reload removed it.
-    pub fn current(&self, principal: &Principal) -> Result<Principal> {
-        self.lookup(&principal.token)
-            .ok_or_else(|| Error::Unauthenticated("the token was revoked by a reload".into()))
+    /// `check` of what `principal`'s token may do under the tokens in force now (read in place:
+    /// this runs for every renewal of a stream), or `UNAUTHENTICATED` once a reload removed it.
+    fn check_current(
+        &self,
+        principal: &Principal,
+        check: impl FnOnce(&Principal) -> Result<()>,
+    ) -> Result<()> {
+        let tokens = self.by_token.read().expect("auth lock poisoned");
+        let current = tokens
+            .get(&principal.token)
+            .ok_or_else(|| Error::Unauthenticated("the token was revoked by a reload".into()))?;
+        check(current)
     }
 
     fn lookup(&self, token: &str) -> Option<Principal> {
@@ -219,16 +226,16 @@ impl StreamAccess {
 
     /// Allows `operation` on `name` under the tokens in force now.
     pub fn authorize(&self, operation: Operation, name: &LeaseName) -> Result<()> {
-        self.auth
-            .current(&self.principal)?
-            .authorize(operation, name)
+        self.auth.check_current(&self.principal, |current| {
+            current.authorize(operation, name)
+        })
     }
 
     /// Allows `operation` on some names under the tokens in force now.
     pub fn authorize_operation(&self, operation: Operation) -> Result<()> {
-        self.auth
-            .current(&self.principal)?
-            .authorize_operation(operation)
+        self.auth.check_current(&self.principal, |current| {
+            current.authorize_operation(operation)
+        })
     }
 
     /// Waits for the next reload of the tokens file (for ever, if none can come).

@@ -31,7 +31,7 @@ pub(crate) fn invalid_page_token() -> Error {
 
 /// Text as hex, for the parts of a page token (names and prefixes never hold the separators).
 pub(crate) fn to_hex(text: &str) -> String {
-    text.bytes().map(|byte| format!("{byte:02x}")).collect()
+    crate::lease::hex(text.as_bytes())
 }
 
 /// The text that [`to_hex`] made, or `None`.

@@ -16,6 +16,8 @@ use x509_parser::{
     x509::{AttributeTypeAndValue, X509Name},
 };
 
+use crate::lease::{hex, sha256_hex};
+
 /// How many hex digits of the certificate's SHA-256 the audit log shows: 16 (64 bits) tell the
 /// certificates of one CA apart and find the certificate in the CA's records.
 pub const FINGERPRINT_HEX_DIGITS: usize = 16;
@@ -185,12 +187,7 @@ fn escape_value(value: &str) -> String {
 
 /// The first [`FINGERPRINT_HEX_DIGITS`] hex digits of the SHA-256 of `der`.
 fn fingerprint(der: &[u8]) -> String {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, der);
-    hex(&digest.as_ref()[..FINGERPRINT_HEX_DIGITS / 2])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    sha256_hex(der, FINGERPRINT_HEX_DIGITS)
 }
 
 #[cfg(test)]

@@ -1,19 +1,14 @@
 //! The keys of one lease ([`LeaseKeys`]) and the KEYS each script takes, in the order of its
 //! header; what Redis holds of a lease id ([`lease_id_digest`]).
 
-use crate::lease::{LeaseId, LeaseName};
+use crate::lease::{LeaseId, LeaseName, sha256_hex};
 
 /// What Redis holds of a lease id, and the scripts compare: the first 128 bits of its SHA-256, in
 /// hex. Redis never sees a lease id, so neither its keys nor its AOF, replicas, `MONITOR`,
 /// slowlog or backups hold one that could renew or release a lease; a lease id is 128 bits from
 /// the OS's random source, so its digest gives nothing away.
 pub(super) fn lease_id_digest(lease_id: &LeaseId) -> String {
-    let digest =
-        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, lease_id.expose().as_bytes());
-    digest.as_ref()[..16]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    sha256_hex(lease_id.expose().as_bytes(), 32)
 }
 
 /// The keys of one lease, all under the hash tag `{name}` so that every script touches one slot.
