@@ -102,7 +102,7 @@ pub fn acquire<S: LeaseStore>(
             }
             Ok(None) => {} // the caller left or the server stops; nothing to say
             Err(error) => {
-                undo_if_unknown(&store, &request.name, &lease_id, &error);
+                undo_if_unknown(&store, &request, &lease_id, &error);
                 let _ = events.send(Err(error)).await;
             }
         }
@@ -123,6 +123,7 @@ pub async fn try_once<S: LeaseStore>(
         store,
         name: &request.name,
         lease_id: &lease_id,
+        ttl: request.ttl,
     };
     let outcome = store.try_acquire(request, &lease_id, None).await;
     in_flight.disarm();
@@ -133,7 +134,7 @@ pub async fn try_once<S: LeaseStore>(
         Ok(AcquireOutcome::Busy { occupancy, .. }) => Ok(AcquireEvent::NotGranted(occupancy)),
         Ok(refused) => Err(refusal(request, refused)),
         Err(error) => {
-            undo_if_unknown(store, &request.name, &lease_id, &error);
+            undo_if_unknown(store, request, &lease_id, &error);
             Err(error)
         }
     }
@@ -144,6 +145,7 @@ struct ReleaseIfDropped<'a, S: LeaseStore> {
     store: &'a Arc<Replica<S>>,
     name: &'a LeaseName,
     lease_id: &'a LeaseId,
+    ttl: Duration,
 }
 
 impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
@@ -156,7 +158,8 @@ impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
 impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
     fn drop(&mut self) {
         tracing::debug!(name = %self.name, "caller left during its acquire attempt; releasing");
-        release_in_background(self.store, self.name, self.lease_id);
+        let undo = Undo::Maybe { ttl: self.ttl };
+        release_in_background(self.store, self.name, self.lease_id, undo);
     }
 }
 
@@ -168,11 +171,14 @@ fn delivery<S: LeaseStore>(
 ) -> GrantDelivery {
     let (store, name) = (store.clone(), name.clone());
     let lease_id = grant.lease_id.clone();
+    let undo = Undo::Made {
+        ttl: Duration::from_millis(grant.ttl_ms.max(0) as u64),
+    };
     GrantDelivery {
         grant,
         release: Some(Box::new(move || {
             tracing::debug!(%name, "caller left before the grant reached it; releasing");
-            release_in_background(&store, &name, &lease_id);
+            release_in_background(&store, &name, &lease_id, undo);
         })),
     }
 }
@@ -182,23 +188,41 @@ fn delivery<S: LeaseStore>(
 /// and idempotent).
 fn undo_if_unknown<S: LeaseStore>(
     store: &Arc<Replica<S>>,
-    name: &LeaseName,
+    request: &ValidatedAcquire,
     lease_id: &LeaseId,
     error: &Error,
 ) {
     if matches!(error, Error::Unavailable(_)) {
-        release_in_background(store, name, lease_id);
+        let undo = Undo::Maybe { ttl: request.ttl };
+        release_in_background(store, &request.name, lease_id, undo);
     }
 }
+
+/// What is known of a grant to undo, and how long it would live.
+#[derive(Clone, Copy, Debug)]
+enum Undo {
+    /// The store made it, and said so.
+    Made { ttl: Duration },
+    /// A store call that failed or was dropped in flight may have made it, now or later.
+    Maybe { ttl: Duration },
+}
+
+/// The first retry of an undo (see [`release_quietly`]); each later one waits twice as long.
+const FIRST_UNDO_RETRY: Duration = Duration::from_millis(250);
+
+/// How much longer than the grant's TTL an undo is tried: long enough for a stall of Redis that
+/// kept the grant's command waiting.
+const UNDO_MARGIN: Duration = Duration::from_secs(60);
 
 /// Releases `lease_id`'s grant of `name` in a task of its own, quietly (see [`release_quietly`]).
 fn release_in_background<S: LeaseStore>(
     store: &Arc<Replica<S>>,
     name: &LeaseName,
     lease_id: &LeaseId,
+    undo: Undo,
 ) {
     let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
-    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id).await });
+    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id, undo).await });
 }
 
 /// The error for an attempt the store refused outright: the queue is full, or the limit differs
@@ -360,16 +384,41 @@ fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName) -> Ticket {
     ticket
 }
 
-/// Releases a lease whose grant could not be delivered; failures only shorten nothing, since the
-/// lease expires by itself at its TTL.
-async fn release_quietly<S: LeaseStore>(store: &Replica<S>, name: &LeaseName, lease_id: &LeaseId) {
-    for attempt in 0..3u32 {
+/// Releases a grant that its caller never received, in the background, tried again at doubling
+/// intervals (from [`FIRST_UNDO_RETRY`]) for the grant's TTL and [`UNDO_MARGIN`] more.
+///
+/// A [`Made`](Undo::Made) grant is known to exist, so the first release that the store answers
+/// is the last. A [`Maybe`](Undo::Maybe) grant is a store call that failed or was dropped in
+/// flight, which Redis may still run later: after a stall, the commands waiting in the pool's
+/// connections run in no fixed order, so a release sent after the acquire can run before it and
+/// find nothing. So an answer "not held" is not trusted: the release goes on until one ends the
+/// grant. A grant hidden by a stall then lives about as long again as the stall, at most; one
+/// that Redis runs after the last try expires at its TTL, as does any grant whose release fails.
+async fn release_quietly<S: LeaseStore>(
+    store: &Replica<S>,
+    name: &LeaseName,
+    lease_id: &LeaseId,
+    undo: Undo,
+) {
+    let (ttl, known) = match undo {
+        Undo::Made { ttl } => (ttl, true),
+        Undo::Maybe { ttl } => (ttl, false),
+    };
+    let give_up_at = Instant::now() + ttl + UNDO_MARGIN;
+    let mut interval = FIRST_UNDO_RETRY;
+    for attempt in 0u32.. {
         match store.release(name, lease_id).await {
-            Ok(_) => return,
+            Ok(true) => return,
+            Ok(false) if known => return,
+            Ok(false) => {}
             Err(error) => {
                 tracing::debug!(%name, attempt, %error, "could not release an undelivered grant");
-                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+        if Instant::now() + interval > give_up_at {
+            return;
+        }
+        tokio::time::sleep(interval).await;
+        interval *= 2;
     }
 }

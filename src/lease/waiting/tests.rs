@@ -263,6 +263,51 @@ async fn an_undelivered_grant_is_released() {
     assert!(store.describe(&name()).await.unwrap().holders.is_empty());
 }
 
+/// A store call whose outcome is unknown may be run by Redis after the release that undoes it
+/// (after a stall, commands on different connections run in no fixed order): the undo goes on
+/// until it ends the grant, at doubling intervals, and stops after the grant's TTL and a margin.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
+    let store = test_replica(16);
+    let lease_id = LeaseId::generate();
+    let late = request(10_000, 0);
+    release_in_background(&store, &name(), &lease_id, Undo::Maybe { ttl: late.ttl });
+    // The first tries find nothing; then the delayed acquire runs.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let granted = store.try_acquire(&late, &lease_id, None).await.unwrap();
+    assert!(matches!(granted, AcquireOutcome::Granted(_)), "{granted:?}");
+    // Tries at 0, 0.25, 0.75 and 1.75 s: the one at 1.75 s ends the grant.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(store.describe(&name()).await.unwrap().holders.len(), 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        store.describe(&name()).await.unwrap().holders.is_empty(),
+        "the late grant is released at the next try"
+    );
+    // A grant known to be made is released once: the same id granted again afterwards stays.
+    release_in_background(&store, &name(), &lease_id, Undo::Made { ttl: late.ttl });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    store.try_acquire(&late, &lease_id, None).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(store.describe(&name()).await.unwrap().holders.len(), 1);
+    assert!(store.release(&name(), &lease_id).await.unwrap());
+    // An unknown outcome is tried for its TTL and the margin, then no more: its tries run at
+    // 0, 0.25, 0.75, ... 63.75 s, and the next would be at 127.75 s.
+    let other_id = LeaseId::generate();
+    release_in_background(&store, &name(), &other_id, Undo::Maybe { ttl: late.ttl });
+    tokio::time::sleep(Duration::from_secs(75)).await;
+    store
+        .try_acquire(&request(120_000, 0), &other_id, None)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        store.describe(&name()).await.unwrap().holders.len(),
+        1,
+        "tried past the TTL and the margin"
+    );
+}
+
 /// A grant that reached the stream's buffer but was never taken out (the caller's cancel
 /// arrived first) is released when the stream is dropped, and the next in line gets it.
 #[tokio::test(start_paused = true)]
