@@ -495,6 +495,19 @@ fn fingerprint(der: &[u8]) -> String {
         .collect()
 }
 
+/// leased on `redis` requiring a client certificate of `pki`, with `args` more and its log
+/// captured for the test to read.
+async fn serve_mtls_logged(pki: &Pki, redis: &RedisServer, args: &[&str]) -> LeasedProcess {
+    LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(pki.server_args(true))
+        .args(args)
+        .plaintext_health()
+        .log(Log::Captured)
+        .start()
+        .await
+}
+
 /// A certificate whose common name tries to pass for ops-alice and to start a forged log line.
 const HOSTILE_CN: &str = "mallory, CN=ops-alice\nFAKE audit line";
 
@@ -506,14 +519,7 @@ async fn audit_names_the_mtls_certificate_when_there_is_no_token() {
     let pki = Pki::generate();
     let hostile = pki.client_certificate(HOSTILE_CN, &[]);
     let redis = RedisServer::start();
-    let mut server = LeasedProcess::serve()
-        .redis(&redis.url())
-        .args(pki.server_args(true))
-        .args(["--log-format", "json"])
-        .plaintext_health()
-        .log(Log::Captured)
-        .start()
-        .await;
+    let mut server = serve_mtls_logged(&pki, &redis, &["--log-format", "json"]).await;
     let channel = pki
         .channel(server.address, true)
         .await
@@ -560,13 +566,7 @@ async fn a_newline_in_an_mtls_subject_cannot_forge_a_text_log_line() {
     let pki = Pki::generate();
     let hostile = pki.client_certificate(HOSTILE_CN, &[]);
     let redis = RedisServer::start();
-    let mut server = LeasedProcess::serve()
-        .redis(&redis.url())
-        .args(pki.server_args(true))
-        .plaintext_health()
-        .log(Log::Captured)
-        .start()
-        .await;
+    let mut server = serve_mtls_logged(&pki, &redis, &[]).await;
     let channel = pki.channel_presenting(server.address, &hostile).await;
     hold_and_revoke(channel, "mtls/hostile").await;
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -158,8 +158,7 @@ impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
 impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
     fn drop(&mut self) {
         tracing::debug!(name = %self.name, "caller left during its acquire attempt; releasing");
-        let undo = Undo::Maybe { ttl: self.ttl };
-        release_in_background(self.store, self.name, self.lease_id, undo);
+        release_in_background(self.store, self.name, self.lease_id, self.ttl, Undo::Maybe);
     }
 }
 
@@ -171,14 +170,12 @@ fn delivery<S: LeaseStore>(
 ) -> GrantDelivery {
     let (store, name) = (store.clone(), name.clone());
     let lease_id = grant.lease_id.clone();
-    let undo = Undo::Made {
-        ttl: Duration::from_millis(grant.ttl_ms.max(0) as u64),
-    };
+    let ttl = Duration::from_millis(grant.ttl_ms.max(0) as u64);
     GrantDelivery {
         grant,
         release: Some(Box::new(move || {
             tracing::debug!(%name, "caller left before the grant reached it; releasing");
-            release_in_background(&store, &name, &lease_id, undo);
+            release_in_background(&store, &name, &lease_id, ttl, Undo::Made);
         })),
     }
 }
@@ -193,18 +190,17 @@ fn undo_if_unknown<S: LeaseStore>(
     error: &Error,
 ) {
     if matches!(error, Error::Unavailable(_)) {
-        let undo = Undo::Maybe { ttl: request.ttl };
-        release_in_background(store, &request.name, lease_id, undo);
+        release_in_background(store, &request.name, lease_id, request.ttl, Undo::Maybe);
     }
 }
 
-/// What is known of a grant to undo, and how long it would live.
-#[derive(Clone, Copy, Debug)]
+/// What is known of a grant to undo.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Undo {
     /// The store made it, and said so.
-    Made { ttl: Duration },
+    Made,
     /// A store call that failed or was dropped in flight may have made it, now or later.
-    Maybe { ttl: Duration },
+    Maybe,
 }
 
 /// The first retry of an undo (see [`release_quietly`]); each later one waits twice as long.
@@ -214,15 +210,17 @@ const FIRST_UNDO_RETRY: Duration = Duration::from_millis(250);
 /// kept the grant's command waiting.
 const UNDO_MARGIN: Duration = Duration::from_secs(60);
 
-/// Releases `lease_id`'s grant of `name` in a task of its own, quietly (see [`release_quietly`]).
+/// Releases `lease_id`'s grant of `name`, of TTL `ttl`, in a task of its own, quietly (see
+/// [`release_quietly`]).
 fn release_in_background<S: LeaseStore>(
     store: &Arc<Replica<S>>,
     name: &LeaseName,
     lease_id: &LeaseId,
+    ttl: Duration,
     undo: Undo,
 ) {
     let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
-    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id, undo).await });
+    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id, ttl, undo).await });
 }
 
 /// The error for an attempt the store refused outright: the queue is full, or the limit differs
@@ -398,18 +396,15 @@ async fn release_quietly<S: LeaseStore>(
     store: &Replica<S>,
     name: &LeaseName,
     lease_id: &LeaseId,
+    ttl: Duration,
     undo: Undo,
 ) {
-    let (ttl, known) = match undo {
-        Undo::Made { ttl } => (ttl, true),
-        Undo::Maybe { ttl } => (ttl, false),
-    };
     let give_up_at = Instant::now() + ttl + UNDO_MARGIN;
     let mut interval = FIRST_UNDO_RETRY;
     for attempt in 0u32.. {
         match store.release(name, lease_id).await {
             Ok(true) => return,
-            Ok(false) if known => return,
+            Ok(false) if undo == Undo::Made => return,
             Ok(false) => {}
             Err(error) => {
                 tracing::debug!(%name, attempt, %error, "could not release an undelivered grant");

@@ -271,7 +271,7 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
     let store = test_replica(16);
     let lease_id = LeaseId::generate();
     let late = request(10_000, 0);
-    release_in_background(&store, &name(), &lease_id, Undo::Maybe { ttl: late.ttl });
+    release_in_background(&store, &name(), &lease_id, late.ttl, Undo::Maybe);
     // The first tries find nothing; then the delayed acquire runs.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let granted = store.try_acquire(&late, &lease_id, None).await.unwrap();
@@ -285,7 +285,7 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
         "the late grant is released at the next try"
     );
     // A grant known to be made is released once: the same id granted again afterwards stays.
-    release_in_background(&store, &name(), &lease_id, Undo::Made { ttl: late.ttl });
+    release_in_background(&store, &name(), &lease_id, late.ttl, Undo::Made);
     tokio::time::sleep(Duration::from_millis(1)).await;
     store.try_acquire(&late, &lease_id, None).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -294,7 +294,7 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
     // An unknown outcome is tried for its TTL and the margin, then no more: its tries run at
     // 0, 0.25, 0.75, ... 63.75 s, and the next would be at 127.75 s.
     let other_id = LeaseId::generate();
-    release_in_background(&store, &name(), &other_id, Undo::Maybe { ttl: late.ttl });
+    release_in_background(&store, &name(), &other_id, late.ttl, Undo::Maybe);
     tokio::time::sleep(Duration::from_secs(75)).await;
     store
         .try_acquire(&request(120_000, 0), &other_id, None)
