@@ -90,6 +90,7 @@ impl LeaseClient {
             wait_ms: duration_ms(options.wait),
             limit: options.limit,
             lock_delay_ms: duration_ms(options.lock_delay),
+            ..AcquireRequest::default()
         };
         let (answer, answered) = oneshot::channel();
         tokio::spawn(run_acquire_call(self.clone(), request, answer));

@@ -275,6 +275,7 @@ pub(super) fn holder_info(holder: Holder) -> proto::HolderInfo {
             .map(|expiry| proto::timestamp_from_unix_ms(expiry.at_unix_ms)),
         holder: holder.holder,
         fencing_token: holder.fencing_token,
+        shared: false,
     }
 }
 
