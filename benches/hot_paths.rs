@@ -46,6 +46,7 @@ fn acquire_validation(bencher: Bencher) {
                 wait_ms: 0,
                 limit: 0,
                 lock_delay_ms: 0,
+                ..AcquireFields::default()
             })
             .expect("a valid request")
     });

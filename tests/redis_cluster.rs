@@ -88,6 +88,7 @@ async fn counting_leases_work_on_a_redis_cluster() {
         wait_ms,
         limit: 3,
         lock_delay_ms: 1_000,
+        ..AcquireRequest::default()
     };
 
     for index in 0..12 {
@@ -309,6 +310,9 @@ async fn list_pages_through_2500_leases_on_every_master() {
                 wait: Duration::ZERO,
                 limit: 1,
                 lock_delay: Duration::ZERO,
+                shared: false,
+                max_shared: 10_000,
+                lease_id: None,
             };
             let store = &store;
             async move {

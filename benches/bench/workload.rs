@@ -61,6 +61,9 @@ fn direct_request(name: &LeaseName) -> ValidatedAcquire {
         wait: Duration::ZERO,
         limit: 1,
         lock_delay: Duration::ZERO,
+        shared: false,
+        max_shared: 10_000,
+        lease_id: None,
     }
 }
 

@@ -178,12 +178,14 @@ mod tests {
             waiters: 3,
             holders: vec![
                 HolderInfo {
+                    shared: false,
                     holder: "a".into(),
                     fencing_token: 7,
                     remaining_ms: 900,
                     expires_at: None,
                 },
                 HolderInfo {
+                    shared: false,
                     holder: "b".into(),
                     fencing_token: 8,
                     remaining_ms: -1,

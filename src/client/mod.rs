@@ -566,6 +566,7 @@ mod tests {
 
     fn holder_info(holder: &str, fencing_token: u64, remaining_ms: i64) -> HolderInfo {
         HolderInfo {
+            shared: false,
             holder: holder.into(),
             fencing_token,
             remaining_ms,

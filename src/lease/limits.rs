@@ -12,6 +12,9 @@ pub const MAX_NAME_BYTES: usize = 256;
 pub const MAX_HOLDER_BYTES: usize = 256;
 /// Longest accepted lease id, in bytes.
 pub const MAX_LEASE_ID_BYTES: usize = 128;
+/// Shortest lease id a caller may choose (`AcquireRequest.lease_id`): 22 characters of its
+/// alphabet hold 128 bits in base64url, the least that cannot be guessed.
+pub const MIN_OWN_LEASE_ID_CHARS: usize = 22;
 /// Longest accepted revoke reason, in bytes.
 pub const MAX_REASON_BYTES: usize = 256;
 /// List's page size when the request leaves it 0.
@@ -55,6 +58,9 @@ pub struct AcquireFields<'a> {
     pub wait_ms: i64,
     pub limit: u32,
     pub lock_delay_ms: i64,
+    pub shared: bool,
+    /// The caller's own lease id; empty: the server makes one.
+    pub lease_id: &'a str,
 }
 
 impl Limits {
@@ -67,6 +73,8 @@ impl Limits {
             wait_ms,
             limit,
             lock_delay_ms,
+            shared,
+            lease_id,
         } = fields;
         let name = parse_name(name)?;
         if holder.len() > MAX_HOLDER_BYTES {
@@ -87,6 +95,19 @@ impl Limits {
                 ),
             ));
         }
+        if shared && limit > 1 {
+            return Err(Error::invalid(
+                "shared",
+                format!(
+                    "a counting lease (limit {limit}) has no shared mode: ask for limit 0 or 1 \
+                     with shared, or for shared false"
+                ),
+            ));
+        }
+        let lease_id = match lease_id {
+            "" => None,
+            own => Some(parse_own_lease_id(own)?),
+        };
         let max_delay_ms = MAX_LOCK_DELAY.as_millis() as i64;
         if !(0..=max_delay_ms).contains(&lock_delay_ms) {
             return Err(Error::invalid(
@@ -101,6 +122,9 @@ impl Limits {
             wait,
             limit: limit.max(1),
             lock_delay: Duration::from_millis(lock_delay_ms as u64),
+            shared,
+            max_shared: self.max_limit,
+            lease_id,
         })
     }
 
@@ -179,6 +203,31 @@ pub fn parse_lease_id(lease_id: &str) -> Result<LeaseId> {
         return Err(Error::invalid(
             "lease_id",
             format!("must be at most {MAX_LEASE_ID_BYTES} bytes"),
+        ));
+    }
+    Ok(LeaseId(lease_id.to_owned()))
+}
+
+/// Validates the lease id a caller chose for its Acquire: 22 to 128 characters of
+/// `A-Z a-z 0-9 _ -`. The message never repeats the id: it is the holder's secret.
+pub fn parse_own_lease_id(lease_id: &str) -> Result<LeaseId> {
+    let length = lease_id.len();
+    if !(MIN_OWN_LEASE_ID_CHARS..=MAX_LEASE_ID_BYTES).contains(&length) {
+        return Err(Error::invalid(
+            "lease_id",
+            format!(
+                "must be empty (the server makes one) or {MIN_OWN_LEASE_ID_CHARS} to \
+                 {MAX_LEASE_ID_BYTES} characters of A-Z a-z 0-9 _ -, got {length} bytes"
+            ),
+        ));
+    }
+    if let Some(offset) = lease_id
+        .bytes()
+        .position(|byte| !(byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-'))
+    {
+        return Err(Error::invalid(
+            "lease_id",
+            format!("may contain only A-Z a-z 0-9 _ -, found another character at byte {offset}"),
         ));
     }
     Ok(LeaseId(lease_id.to_owned()))
@@ -446,5 +495,37 @@ mod tests {
         assert_ne!(id, LeaseId::generate());
         assert!(!format!("{id:?}").contains(id.expose()));
         assert_eq!(id.to_string(), "<redacted>");
+    }
+
+    #[test]
+    fn an_own_lease_id_is_22_to_128_characters_of_its_alphabet_and_never_echoed() {
+        let acquire = |lease_id: &str, shared: bool, limit: u32| {
+            Limits::default().validate_acquire(AcquireFields {
+                name: "n",
+                ttl_ms: 1000,
+                lease_id,
+                shared,
+                limit,
+                ..AcquireFields::default()
+            })
+        };
+        let fine = "Ab0_-".repeat(5); // 25 characters
+        assert!(acquire(&fine, false, 0).unwrap().lease_id.is_some());
+        assert!(acquire("", false, 0).unwrap().lease_id.is_none());
+        assert!(acquire(&"a".repeat(128), false, 0).is_ok());
+        for bad in [
+            "a".repeat(21),
+            "a".repeat(129),
+            format!("{}!", "a".repeat(30)),
+            format!("{}é", "a".repeat(30)),
+            format!("{} x", "secret".repeat(5)),
+        ] {
+            let error = acquire(&bad, false, 0).unwrap_err().to_string();
+            assert!(error.contains("lease_id"), "{error}");
+            assert!(!error.contains(&bad), "the id is echoed: {error}");
+        }
+        assert!(acquire("", true, 1).unwrap().shared);
+        let error = acquire("", true, 3).unwrap_err().to_string();
+        assert!(error.contains("shared"), "{error}");
     }
 }

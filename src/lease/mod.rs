@@ -14,7 +14,7 @@ use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 use crate::error::Result;
 pub use events::StoreEvents;
 pub use limits::Limits;
-pub use waiters::Placement;
+pub use waiters::{Placement, is_shared_entry};
 pub(crate) use waiters::Waiters;
 pub(crate) use watch::Watchers;
 
@@ -98,6 +98,15 @@ pub struct ValidatedAcquire {
     pub limit: u32,
     /// After an expiry (not a release), the name (this permit) stays ungrantable this long.
     pub lock_delay: Duration,
+    /// A shared (read) grant of a read-write lease (`limit` is then 1): shared grants coexist,
+    /// an exclusive one excludes every other.
+    pub shared: bool,
+    /// The most shared grants a name may have at once (`--max-limit`).
+    pub max_shared: u32,
+    /// The caller's own lease id (`AcquireRequest.lease_id`): the grant uses it, and a retry
+    /// with it is answered that grant, or keeps its place in the queue. `None`: the server
+    /// makes one, and each call is a new grant.
+    pub lease_id: Option<LeaseId>,
 }
 
 /// A lease granted to the caller.
@@ -120,6 +129,8 @@ pub struct Holder {
     /// When the lease ends unless renewed; `None` for a key without expiry (written by
     /// something other than leased), which only a release ends.
     pub expiry: Option<Expiry>,
+    /// A shared grant of a read-write lease.
+    pub shared: bool,
 }
 
 /// When a held lease ends unless renewed.
@@ -144,7 +155,8 @@ impl Expiry {
 }
 
 /// How many permits of a name are taken, and which frees soonest: what a caller that was not
-/// granted is told. An exclusive lease is a limit of 1.
+/// granted is told. An exclusive lease is a limit of 1; the shared grants of a read-write lease
+/// are `held` grants of limit 1.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Occupancy {
     /// The permit that frees soonest (the holder, for an exclusive lease); `None` when no permit
@@ -154,6 +166,13 @@ pub struct Occupancy {
     pub held: u32,
     /// The limit in force; 0 when no permit is taken.
     pub limit: u32,
+    /// How many of the first callers in line a grant may go to now, as the store wakes them:
+    /// the free permits of a counting lease; for a name that is free or held shared, the run of
+    /// shared callers at the head of the queue, or the first in line alone if it waits to be
+    /// exclusive while nothing is taken (with nothing taken, the first in line also sets the
+    /// limit with its grant, which wakes the next ones). 0 when nobody waits, or only as the
+    /// store read it with the queue.
+    pub due: u32,
 }
 
 impl Occupancy {
@@ -162,23 +181,9 @@ impl Occupancy {
         Occupancy::default()
     }
 
-    /// How many permits are free for a caller asking for `limit`: those the first callers in
-    /// line may take. With none taken, the caller's own limit is the bound.
-    pub fn free_permits(&self, limit: u32) -> u32 {
-        match self.held {
-            0 => limit,
-            held => self.limit.saturating_sub(held),
-        }
-    }
-
-    /// How many of the first callers in line the free permits go to, as the store wakes them.
-    /// With none taken, the first in line sets the limit with its grant: it alone is woken, and
-    /// its grant wakes the next ones.
-    pub fn free_for_queue(&self) -> u32 {
-        match self.held {
-            0 => 1,
-            held => self.limit.saturating_sub(held),
-        }
+    /// Whether the grants taken are shared ones.
+    pub fn shared(&self) -> bool {
+        self.holder.as_ref().is_some_and(|holder| holder.shared)
     }
 }
 
@@ -217,6 +222,11 @@ pub enum AcquireOutcome {
     },
     /// The name's current holders were granted with another limit: this one, in force.
     LimitMismatch {
+        limit: u32,
+    },
+    /// A shared caller would be granted, but this many shared grants (`--max-limit`) hold the
+    /// name already.
+    TooManyShared {
         limit: u32,
     },
 }
@@ -298,6 +308,8 @@ pub struct LeaseChange {
     pub expires_at_ms: i64,
     /// For a revoke: the operator's reason; empty otherwise.
     pub reason: String,
+    /// A shared grant of a read-write lease (its `limit` is 1).
+    pub shared: bool,
 }
 
 /// What happened, in a [`LeaseChange`].

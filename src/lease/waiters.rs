@@ -44,6 +44,12 @@ pub struct Placement {
 /// behind other commands on another connection).
 const RECONCILE_ROUNDS: u8 = 2;
 
+/// Whether a queue entry waits for a shared grant (`<replica>:<n>s`), not an exclusive one
+/// (`<replica>:<n>`).
+pub fn is_shared_entry(entry: &str) -> bool {
+    entry.ends_with('s')
+}
+
 /// The callers of this replica waiting in the store's queues, by lease name.
 #[derive(Debug)]
 pub struct Waiters {
@@ -115,11 +121,18 @@ impl Waiters {
 
     /// Registers a caller about to wait on `name`. The second value is the name's tending signal
     /// when this is the first waiter of the name here: the caller must start its tending task.
-    pub(super) fn join(self: &Arc<Self>, name: &LeaseName) -> (Ticket, Option<Arc<Notify>>) {
+    /// A caller that waits for a shared grant gets an entry that ends with `s`
+    /// ([`is_shared_entry`]): the stores read the mode of each caller in line from it.
+    pub(super) fn join(
+        self: &Arc<Self>,
+        name: &LeaseName,
+        shared: bool,
+    ) -> (Ticket, Option<Arc<Notify>>) {
         let entry = format!(
-            "{}:{}",
+            "{}:{}{}",
             self.replica,
-            self.next_entry.fetch_add(1, Ordering::Relaxed)
+            self.next_entry.fetch_add(1, Ordering::Relaxed),
+            if shared { "s" } else { "" }
         );
         let wake = Arc::new(Notify::new());
         let (placement, placement_rx) = watch::channel(Placement::default());

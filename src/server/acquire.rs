@@ -34,6 +34,8 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             wait_ms: request.wait_ms,
             limit: request.limit,
             lock_delay_ms: request.lock_delay_ms,
+            shared: request.shared,
+            lease_id: &request.lease_id,
         })?;
         authorize(&principal, Operation::Acquire, &request.name)?;
         let name = request.name.clone();

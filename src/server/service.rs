@@ -275,7 +275,7 @@ pub(super) fn holder_info(holder: Holder) -> proto::HolderInfo {
             .map(|expiry| proto::timestamp_from_unix_ms(expiry.at_unix_ms)),
         holder: holder.holder,
         fencing_token: holder.fencing_token,
-        shared: false,
+        shared: holder.shared,
     }
 }
 
@@ -308,6 +308,7 @@ mod tests {
 
     fn holder(token: u64, remaining_ms: i64, lock_delay_ms: i64) -> Holder {
         Holder {
+            shared: false,
             holder: format!("h{token}"),
             fencing_token: token,
             expiry: Some(Expiry {

@@ -62,6 +62,7 @@ fn request(name: &str, holder: &str, ttl_ms: i64, wait_ms: i64, limit: u32) -> A
         wait_ms,
         limit,
         lock_delay_ms: 0,
+        ..AcquireRequest::default()
     }
 }
 

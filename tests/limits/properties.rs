@@ -170,6 +170,7 @@ fn validation_accepts_exactly_the_documented_inputs() {
                     wait_ms,
                     limit,
                     lock_delay_ms,
+                    ..AcquireFields::default()
                 });
                 match answer {
                     Ok(request) => {

@@ -82,6 +82,9 @@ fn request(
         wait: Duration::ZERO,
         limit,
         lock_delay,
+        shared: false,
+        max_shared: 10_000,
+        lease_id: None,
     }
 }
 

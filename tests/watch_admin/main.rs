@@ -71,7 +71,7 @@ fn request(name: &str, holder: &str, ttl_ms: i64, limit: u32) -> AcquireRequest 
         ttl_ms,
         wait_ms: 0,
         limit,
-        lock_delay_ms: 0,
+        ..AcquireRequest::default()
     }
 }
 

@@ -89,11 +89,11 @@ pub fn acquire<S: LeaseStore>(
 ) -> mpsc::Receiver<Result<AcquireEvent>> {
     let (events, receiver) = mpsc::channel(4);
     tokio::spawn(async move {
-        let lease_id = LeaseId::generate();
+        let lease_id = lease_id_for(&request);
         let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
         match outcome {
             Ok(Some(Terminal::Granted(grant))) => {
-                let delivery = delivery(&store, &request.name, grant);
+                let delivery = delivery(&store, &request, grant);
                 // If the caller left, the unsent delivery drops here and releases the lease.
                 let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
             }
@@ -118,18 +118,20 @@ pub async fn try_once<S: LeaseStore>(
     store: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
 ) -> Result<AcquireEvent> {
-    let lease_id = LeaseId::generate();
-    let in_flight = ReleaseIfDropped {
+    let lease_id = lease_id_for(request);
+    let in_flight = server_undoes(request).then(|| ReleaseIfDropped {
         store,
         name: &request.name,
         lease_id: &lease_id,
         ttl: request.ttl,
-    };
+    });
     let outcome = store.try_acquire(request, &lease_id, None).await;
-    in_flight.disarm();
+    if let Some(in_flight) = in_flight {
+        in_flight.disarm();
+    }
     match outcome {
         Ok(AcquireOutcome::Granted(grant)) => {
-            Ok(AcquireEvent::Granted(delivery(store, &request.name, grant)))
+            Ok(AcquireEvent::Granted(delivery(store, request, grant)))
         }
         Ok(AcquireOutcome::Busy { occupancy, .. }) => Ok(AcquireEvent::NotGranted(occupancy)),
         Ok(refused) => Err(refusal(request, refused)),
@@ -138,6 +140,19 @@ pub async fn try_once<S: LeaseStore>(
             Err(error)
         }
     }
+}
+
+/// The lease id of a request's grant: the caller's own, or a new one.
+fn lease_id_for(request: &ValidatedAcquire) -> LeaseId {
+    request.lease_id.clone().unwrap_or_else(LeaseId::generate)
+}
+
+/// Whether the server may release a grant of `request` that its caller may not have received.
+/// Not with the caller's own lease id: the caller may be retrying with it (perhaps through
+/// another replica) and have been answered this very grant, and a release behind its back would
+/// end it; such a caller gives up by releasing its id itself.
+fn server_undoes(request: &ValidatedAcquire) -> bool {
+    request.lease_id.is_none()
 }
 
 /// Releases, in the background, the grant that a store call dropped mid-flight may have made.
@@ -162,13 +177,20 @@ impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
     }
 }
 
-/// A grant ready for its caller, released if it never reaches them.
+/// A grant ready for its caller, released if it never reaches them (unless the caller chose its
+/// lease id: [`server_undoes`]).
 fn delivery<S: LeaseStore>(
     store: &Arc<Replica<S>>,
-    name: &LeaseName,
+    request: &ValidatedAcquire,
     grant: Grant,
 ) -> GrantDelivery {
-    let (store, name) = (store.clone(), name.clone());
+    if !server_undoes(request) {
+        return GrantDelivery {
+            grant,
+            release: None,
+        };
+    }
+    let (store, name) = (store.clone(), request.name.clone());
     let lease_id = grant.lease_id.clone();
     let ttl = Duration::from_millis(grant.ttl_ms.max(0) as u64);
     GrantDelivery {
@@ -189,7 +211,7 @@ fn undo_if_unknown<S: LeaseStore>(
     lease_id: &LeaseId,
     error: &Error,
 ) {
-    if matches!(error, Error::Unavailable(_)) {
+    if matches!(error, Error::Unavailable(_)) && server_undoes(request) {
         release_in_background(store, &request.name, lease_id, request.ttl, Undo::Maybe);
     }
 }
@@ -235,6 +257,10 @@ fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
              for the same limit",
             request.limit
         )),
+        AcquireOutcome::TooManyShared { limit } => Error::ResourceExhausted(format!(
+            "shared: {limit} shared grants hold this lease already, the most a name may have \
+             (--max-limit)"
+        )),
         other => Error::Internal {
             name: request.name.to_string(),
             detail: format!("{other:?} is not a refusal"),
@@ -265,7 +291,7 @@ async fn wait_for_grant<S: LeaseStore>(
     // it if the lease is busy, and every wake-up after it reaches this caller.
     let mut ticket = match request.wait.is_zero() {
         true => None,
-        false => Some(join(store, &request.name)),
+        false => Some(join(store, &request.name, request.shared)),
     };
     let mut reported: Option<Shown> = None;
     // A full queue is checked once for entries of replicas that are gone.
@@ -310,7 +336,7 @@ async fn wait_for_grant<S: LeaseStore>(
         let Some(ticket) = ticket.as_mut() else {
             return Ok(Some(Terminal::NotGranted(placement.occupancy)));
         };
-        if (1..placement.position).contains(&placement.occupancy.free_for_queue()) {
+        if (1..placement.position).contains(&placement.occupancy.due) {
             ticket.free_ahead();
         }
         let wake = ticket.wake_signal();
@@ -338,7 +364,7 @@ async fn wait_for_grant<S: LeaseStore>(
             }
             // Only the first in line acts on the expiry of the permit that frees soonest; the
             // others move up when it is granted.
-            let no_permit_free = placement.occupancy.free_permits(request.limit) == 0;
+            let no_permit_free = placement.occupancy.due == 0;
             let wake_at = match (&placement.occupancy.holder, placement.position) {
                 (Some(holder), 1) if no_permit_free => match holder.expiry {
                     Some(expiry) => {
@@ -354,9 +380,8 @@ async fn wait_for_grant<S: LeaseStore>(
                 moved = ticket.moved() => {
                     placement = moved;
                     // Dropped from the queue (purged, or Redis lost it): join again. Close enough
-                    // to the front that a free permit is this caller's: take it.
-                    let free = placement.occupancy.free_permits(request.limit);
-                    if placement.position == 0 || placement.position <= free {
+                    // to the front that a grant is this caller's: take it.
+                    if placement.position == 0 || placement.position <= placement.occupancy.due {
                         break;
                     }
                 }
@@ -374,8 +399,8 @@ async fn wait_for_grant<S: LeaseStore>(
 }
 
 /// Registers a waiter of `name` on this replica; the first one starts the name's tending task.
-fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName) -> Ticket {
-    let (ticket, first_here) = store.waiters().join(name);
+fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName, shared: bool) -> Ticket {
+    let (ticket, first_here) = store.waiters().join(name, shared);
     if let Some(tend) = first_here {
         tokio::spawn(tend_queue(store.clone(), name.clone(), tend));
     }

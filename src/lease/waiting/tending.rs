@@ -243,7 +243,8 @@ pub(super) async fn tend_queue<S: LeaseStore>(
 /// whether it did, since a first in line whose replica is gone never will).
 fn expiry_to_look_at(status: &QueueStatus, now: Instant) -> Option<Instant> {
     let occupancy = &status.occupancy;
-    if occupancy.held == 0 || occupancy.held < occupancy.limit || status.positions.contains(&1) {
+    // A grant is due to someone in line: the stall check follows it up.
+    if occupancy.due > 0 || status.positions.contains(&1) {
         return None;
     }
     let expiry = occupancy.holder.as_ref()?.expiry?;
@@ -283,7 +284,7 @@ fn place<S: LeaseStore>(
         positions,
         ..
     } = status;
-    let free = occupancy.free_for_queue();
+    let free = occupancy.due;
     let mut to_wake = Vec::new();
     let placements = entries
         .into_iter()

@@ -159,7 +159,11 @@ async fn a_try_once_caller_never_overtakes_a_waiter() {
     assert_eq!(
         outcome,
         AcquireOutcome::Busy {
-            occupancy: Occupancy::free(),
+            // Free, and due to the first in line.
+            occupancy: Occupancy {
+                due: 1,
+                ..Occupancy::free()
+            },
             position: 0
         }
     );
@@ -452,6 +456,7 @@ fn counting_request(ttl_ms: i64, wait_ms: i64, limit: u32, lock_delay_ms: i64) -
             wait_ms,
             limit,
             lock_delay_ms,
+            ..AcquireFields::default()
         })
         .unwrap()
 }

@@ -190,6 +190,7 @@ async fn a_stale_grant_is_ignored() {
     expect(&mut watch, UpdateCause::Granted, alpha.fencing_token).await;
     for token in [alpha.fencing_token, alpha.fencing_token - 1] {
         let stale = LeaseChange {
+            shared: false,
             cause: ChangeCause::Granted,
             holder: "ghost".into(),
             fencing_token: token,
@@ -202,6 +203,7 @@ async fn a_stale_grant_is_ignored() {
     }
     // A release of a grant the watch does not know is no event either.
     let unknown = LeaseChange {
+        shared: false,
         cause: ChangeCause::Released,
         holder: "ghost".into(),
         fencing_token: alpha.fencing_token - 2,
@@ -488,6 +490,7 @@ async fn a_late_release_report_within_the_grace_is_a_release() {
     expect(&mut watch, UpdateCause::Expired, beta.fencing_token).await;
     tokio::time::sleep(RELEASE_GRACE / 2).await;
     let report = LeaseChange {
+        shared: false,
         cause: ChangeCause::Released,
         holder: "alpha".into(),
         fencing_token: alpha.fencing_token,

@@ -22,6 +22,8 @@ pub(super) const RELEASE_GRACE: Duration = Duration::from_millis(10);
 pub(super) struct View {
     /// The limit of the holders; meaningless while there are none.
     limit: u32,
+    /// The holders are shared grants of a read-write lease (any number, of limit 1).
+    shared: bool,
     holders: BTreeMap<u64, Holding>,
     /// The largest token seen in a change or a read: a grant reported with a token not above it
     /// is old news.
@@ -36,6 +38,7 @@ struct Holding {
     expiry: Option<LocalExpiry>,
     /// When a read first did not show it, before its TTL passed.
     gone_since: Option<Instant>,
+    shared: bool,
 }
 
 /// When a grant expires, on this replica's clock.
@@ -67,6 +70,7 @@ impl Holding {
                 lock_delay_ms: expiry.lock_delay_ms,
             }),
             gone_since: None,
+            shared: info.shared,
         }
     }
 
@@ -83,6 +87,7 @@ impl Holding {
                     lock_delay_ms: expiry.lock_delay_ms,
                 }
             }),
+            shared: self.shared,
         }
     }
 
@@ -101,6 +106,7 @@ impl View {
         let read_max = description.holders.iter().map(|h| h.fencing_token).max();
         View {
             limit: description.limit,
+            shared: description.holders.first().is_some_and(|holder| holder.shared),
             holders: description
                 .holders
                 .iter()
@@ -138,12 +144,12 @@ impl View {
         self.event(UpdateCause::Snapshot, subject, String::new(), now)
     }
 
-    /// The same grants (tokens and holders) under the same limit.
+    /// The same grants (tokens, holders and mode) under the same limit.
     fn same_holders(&self, other: &View) -> bool {
         let holders = |view: &View| {
             view.holders
                 .iter()
-                .map(|(token, holding)| (*token, holding.holder.clone()))
+                .map(|(token, holding)| (*token, holding.holder.clone(), holding.shared))
                 .collect::<Vec<_>>()
         };
         let limit = |view: &View| match view.holders.is_empty() {
@@ -194,6 +200,7 @@ impl<P: Publish> Tender<P> {
                         lock_delay_ms: 0,
                     }),
                     gone_since: None,
+                    shared: change.shared,
                 };
                 self.grant(token, holding, change.limit, now);
             }
@@ -216,17 +223,19 @@ impl<P: Publish> Tender<P> {
         }
     }
 
-    /// A new grant. The holders it leaves no room for (all of them, for an exclusive lease or
-    /// another limit) are gone without a word from the store: their TTL passed.
+    /// A new grant. The holders it leaves no room for (all of them, for an exclusive lease,
+    /// another limit or another mode; none beside a shared grant) are gone without a word from
+    /// the store: their TTL passed.
     fn grant(&mut self, token: u64, holding: Holding, limit: u32, now: Instant) {
         self.view.max_token = self.view.max_token.max(token);
-        if limit != self.view.limit {
+        let shared = holding.shared;
+        if limit != self.view.limit || shared != self.view.shared {
             let ended: Vec<u64> = self.view.holders.keys().copied().collect();
             for ended in ended {
                 self.end(ended, UpdateCause::Expired, String::new(), now);
             }
         }
-        while self.view.holders.len() >= limit.max(1) as usize {
+        while !shared && self.view.holders.len() >= limit.max(1) as usize {
             let soonest = self
                 .view
                 .holders
@@ -238,6 +247,7 @@ impl<P: Publish> Tender<P> {
             self.end(ended, UpdateCause::Expired, String::new(), now);
         }
         self.view.limit = limit;
+        self.view.shared = shared;
         let subject = holding.info(token, now);
         self.view.holders.insert(token, holding);
         self.emit(UpdateCause::Granted, Some(subject), String::new(), now);
@@ -349,6 +359,7 @@ mod tests {
 
     fn change(cause: ChangeCause, holder: &str, token: u64, limit: u32) -> LeaseChange {
         LeaseChange {
+            shared: false,
             cause,
             holder: holder.into(),
             fencing_token: token,
@@ -361,6 +372,7 @@ mod tests {
 
     fn held(holder: &str, token: u64, remaining_ms: i64) -> Holder {
         Holder {
+            shared: false,
             holder: holder.into(),
             fencing_token: token,
             expiry: Some(Expiry {

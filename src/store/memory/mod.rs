@@ -4,7 +4,6 @@
 mod state;
 
 use std::{
-    collections::VecDeque,
     ops::Bound,
     sync::{Arc, Mutex, Weak},
     time::Duration,
@@ -12,7 +11,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use state::{HeldLease, Revocation, State, WakeUps, unix_millis_after};
+use state::{HeldLease, MAX_WAKE_UPS, Place, Revocation, State, WakeUps, unix_millis_after};
 
 use super::{from_hex, invalid_page_token, to_hex};
 #[cfg(test)]
@@ -48,9 +47,6 @@ fn names_per_page(page_size: usize) -> usize {
 /// The version of this store's page tokens: `m1.<hex of the prefix>.<hex of the last name>`.
 const PAGE_TOKEN_VERSION: &str = "m1.";
 
-/// The most entries a queue status names as due, as the Redis store's `MAX_WAKE_UPS`.
-const MAX_DUE: usize = 8;
-
 /// An in-process lease store.
 #[derive(Debug)]
 pub struct MemoryStore {
@@ -76,42 +72,66 @@ impl MemoryStore {
         self.state.lock().expect("memory store lock poisoned")
     }
 
-    /// A caller that was not granted: with an `entry`, it joins the queue (or keeps its place).
+    /// A caller that was not granted: with an `entry`, it joins the queue (or keeps its place:
+    /// its entry's, or for a caller that chose its lease id, its earlier wait's, until that wait
+    /// would have ended).
     fn queue_up(
         &self,
         state: &mut State,
-        name: &LeaseName,
+        request: &ValidatedAcquire,
         entry: Option<&str>,
         occupancy: Occupancy,
+        now: Instant,
     ) -> AcquireOutcome {
+        let name = &request.name;
         let Some(entry) = entry else {
             return AcquireOutcome::Busy {
                 occupancy,
                 position: 0,
             };
         };
-        let queue = state.queues.entry(name.as_str().to_owned()).or_default();
-        let position = match queue.iter().position(|queued| queued == entry) {
-            Some(index) => index + 1,
-            None if queue.len() >= self.max_waiters_per_name => {
-                if queue.is_empty() {
-                    state.queues.remove(name.as_str());
-                }
-                return AcquireOutcome::QueueFull {
-                    limit: self.max_waiters_per_name,
-                };
-            }
-            None => {
-                queue.push_back(entry.to_owned());
-                queue.len()
-            }
+        if let Some(rank) = state.rank(name, entry) {
+            return AcquireOutcome::Busy {
+                occupancy,
+                position: rank as u32 + 1,
+            };
+        }
+        let own_id = request.lease_id.as_ref().map(|id| id.expose().to_owned());
+        let earlier = own_id.as_ref().and_then(|id| {
+            let place = state.places.get(name.as_str())?.get(id)?;
+            (place.until > now).then(|| (place.arrival, place.entry.clone(), place.until))
+        });
+        if let Some((_, earlier_entry, _)) = &earlier {
+            // The earlier call's entry, if still there: this one replaces it.
+            state.remove_entries(name, std::slice::from_ref(earlier_entry));
+        }
+        if state.in_line(name) >= self.max_waiters_per_name {
+            return AcquireOutcome::QueueFull {
+                limit: self.max_waiters_per_name,
+            };
+        }
+        let (arrival, until) = match earlier {
+            Some((arrival, _, until)) => (arrival, until),
+            None => (state.next_arrival(), now + request.wait),
         };
+        state.insert_entry(name, arrival, entry);
+        if let Some(id) = own_id {
+            let places = state.places.entry(name.as_str().to_owned()).or_default();
+            let place = Place {
+                arrival,
+                entry: entry.to_owned(),
+                until,
+            };
+            places.insert(id, place);
+        }
+        let position = state.rank(name, entry).map_or(0, |rank| rank as u32 + 1);
         AcquireOutcome::Busy {
             occupancy,
-            position: position as u32,
+            position,
         }
     }
 }
+
 async fn sweep_expired(store: Weak<MemoryStore>) {
     let mut interval = tokio::time::interval(SWEEP_INTERVAL);
     loop {
@@ -126,6 +146,10 @@ async fn sweep_expired(store: Weak<MemoryStore>) {
         state.revoked.retain(|_, revocations| {
             revocations.retain(|revocation| revocation.until > now);
             !revocations.is_empty()
+        });
+        state.places.retain(|_, places| {
+            places.retain(|_, place| place.until > now);
+            !places.is_empty()
         });
     }
 }
@@ -174,29 +198,51 @@ impl LeaseStore for MemoryStore {
                     limit: occupancy.limit,
                 });
             }
-            let free = occupancy.free_permits(request.limit) as usize;
-            // The free permits go to the first `free` callers in line; a caller not in line
-            // comes after all of them.
-            let queue = state.queues.get(name.as_str());
-            let ahead = entry.and_then(|entry| {
-                queue.and_then(|queue| queue.iter().position(|queued| queued == entry))
-            });
-            let in_line = queue.map_or(0, VecDeque::len);
-            if ahead.unwrap_or(in_line) < free {
+            let rank = entry.and_then(|entry| state.rank(name, entry));
+            let in_line = state.in_line(name);
+            let granting = if request.limit > 1 {
+                // A counting lease: the free permits go to the first callers in line; a caller
+                // not in line comes after all of them.
+                let free = match occupancy.held {
+                    0 => request.limit,
+                    held => occupancy.limit.saturating_sub(held),
+                };
+                rank.unwrap_or(in_line) < free as usize
+            } else {
+                // A read-write lease: the first in line, or the run of shared callers at the
+                // head of the line; a caller not in line only when nobody waits.
+                let compatible = occupancy.held == 0 || (request.shared && occupancy.shared());
+                match rank {
+                    _ if !compatible => false,
+                    Some(rank) => rank < occupancy.due as usize,
+                    None => in_line == 0,
+                }
+            };
+            if granting {
+                if request.shared && occupancy.held >= request.max_shared {
+                    return Ok(AcquireOutcome::TooManyShared {
+                        limit: request.max_shared,
+                    });
+                }
                 let (grant, change) = state.grant(request, lease_id, now);
                 // Under the state lock: watchers get the changes of a name in their order.
                 self.events.changed(name.as_str(), change);
-                if let Some(entry) = entry.filter(|_| ahead.is_some()) {
+                if let Some(entry) = entry.filter(|_| rank.is_some()) {
                     state.remove_entries(name, &[entry.to_owned()]);
+                    if let Some(id) = &request.lease_id {
+                        state.forget_place(name, id);
+                    }
                     wake_ups.moved = state.queues.contains_key(name.as_str());
+                    // The shared callers behind this one in a run may take theirs too.
+                    let due = state.occupancy(name, now).due;
+                    wake_ups.wake = state.first_in_line(name, due.min(MAX_WAKE_UPS));
                 }
                 AcquireOutcome::Granted(grant)
             } else {
-                if free > 0 {
-                    // Free permits that callers ahead get: tell them again.
-                    wake_ups.wake = state.first_in_line(name, free as u32);
-                }
-                self.queue_up(&mut state, name, entry, occupancy)
+                // Callers ahead take what is free: tell them again.
+                let due = occupancy.due.min(MAX_WAKE_UPS);
+                wake_ups.wake = state.first_in_line(name, due);
+                self.queue_up(&mut state, request, entry, occupancy, now)
             }
         };
         wake_ups.send(&self.events, name);
@@ -222,9 +268,11 @@ impl LeaseStore for MemoryStore {
                 return Ok(RenewOutcome::Lost(LeaseGone::Revoked { reason }));
             }
             // Only an exclusive lease can be "held by another": a permit of a counting lease
-            // is never someone else's.
+            // or a shared grant is never someone else's.
             let another = state.leases.get(name.as_str()).is_some_and(|permits| {
-                permits.limit == 1 && permits.taken.iter().any(|lease| lease.is_held(now))
+                permits.limit == 1
+                    && !permits.shared
+                    && permits.taken.iter().any(|lease| lease.is_held(now))
             });
             return Ok(RenewOutcome::Lost(match another {
                 true => LeaseGone::HeldByAnother,
@@ -259,21 +307,15 @@ impl LeaseStore for MemoryStore {
                 return Ok(false);
             };
             let released = permits.taken.swap_remove(index);
-            let change = released.change(ChangeCause::Released, permits.limit, "");
+            let (limit, shared) = (permits.limit, permits.shared);
+            let change = released.change(ChangeCause::Released, limit, shared, "");
             self.events.changed(name.as_str(), change);
             let held = permits.taken(now).count() as u32;
-            // The permits free now go to the first `free` callers in line; the one freed here
-            // goes to the last of them, the others were woken when theirs freed.
-            let free = permits.limit.saturating_sub(held);
             if held == 0 {
                 state.leases.remove(name.as_str());
             }
             WakeUps {
-                wake: state
-                    .first_in_line(name, free)
-                    .into_iter()
-                    .skip((free as usize).saturating_sub(1))
-                    .collect(),
+                wake: state.woken_after_ending(name, limit, held, shared, 1),
                 moved: false,
             }
         };
@@ -292,8 +334,8 @@ impl LeaseStore for MemoryStore {
             if !state.remove_entries(name, entries) {
                 return Ok(());
             }
-            let free = state.occupancy(name, now).free_for_queue();
-            let wake = state.first_in_line(name, free);
+            let due = state.occupancy(name, now).due;
+            let wake = state.first_in_line(name, due.min(MAX_WAKE_UPS));
             WakeUps {
                 moved: state.queues.contains_key(name.as_str()),
                 wake,
@@ -306,27 +348,19 @@ impl LeaseStore for MemoryStore {
     /// One process, one replica: every entry of the queue is this replica's.
     async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
         let state = self.state();
-        let queue = state.queues.get(name.as_str());
-        Ok(queue.map_or_else(Vec::new, |queue| queue.iter().cloned().collect()))
+        let queue = state.queues.get(name.as_str()).into_iter().flatten();
+        Ok(queue.map(|queued| queued.entry.clone()).collect())
     }
 
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
         let now = Instant::now();
         let state = self.state();
-        let queue = state.queues.get(name.as_str());
         let positions = entries
             .iter()
-            .map(|entry| {
-                queue
-                    .and_then(|queue| queue.iter().position(|queued| queued == entry))
-                    .map_or(0, |index| index as u32 + 1)
-            })
+            .map(|entry| state.rank(name, entry).map_or(0, |rank| rank as u32 + 1))
             .collect();
         let occupancy = state.occupancy(name, now);
-        let due = queue.map_or_else(Vec::new, |queue| {
-            let free = occupancy.free_for_queue() as usize;
-            queue.iter().take(free.min(MAX_DUE)).cloned().collect()
-        });
+        let due = state.first_in_line(name, occupancy.due.min(MAX_WAKE_UPS));
         Ok(QueueStatus {
             occupancy,
             positions,
@@ -370,11 +404,11 @@ impl LeaseStore for MemoryStore {
                 return Ok(Vec::new());
             }
             ended.sort_by_key(|lease| lease.fencing_token);
-            let limit = permits.limit;
+            let (limit, shared) = (permits.limit, permits.shared);
             for lease in &ended {
                 self.events.changed(
                     name.as_str(),
-                    lease.change(ChangeCause::Revoked, limit, reason),
+                    lease.change(ChangeCause::Revoked, limit, shared, reason),
                 );
             }
             let held = permits.taken(now).count() as u32;
@@ -395,14 +429,7 @@ impl LeaseStore for MemoryStore {
                 lease_id: lease.lease_id,
                 reason: reason.to_owned(),
             }));
-            // As a release: the permits free now go to the first `free` callers in line; those
-            // freed here go to the last of them, the others were woken when theirs freed.
-            let free = limit.saturating_sub(held);
-            let wake = state
-                .first_in_line(name, free)
-                .into_iter()
-                .skip((free as usize).saturating_sub(count))
-                .collect();
+            let wake = state.woken_after_ending(name, limit, held, shared, count);
             (revoked, WakeUps { wake, moved: false })
         };
         wake_ups.send(&self.events, name);

@@ -11,10 +11,18 @@ use tokio::time::Instant;
 use crate::{
     lease::{
         ChangeCause, Description, Expiry, Grant, Holder, LeaseChange, LeaseId, LeaseName,
-        Occupancy, StoreEvents, ValidatedAcquire,
+        Occupancy, StoreEvents, ValidatedAcquire, is_shared_entry,
     },
     store::unix_micros,
 };
+
+/// How far down a queue a run of shared entries is counted, as the Redis store's
+/// `SHARED_RUN_SCAN`: the callers past it are granted once those ahead of them are.
+const SHARED_RUN_SCAN: usize = 64;
+
+/// At most this many callers are woken at once (and named due by a queue status), as the Redis
+/// store's `MAX_WAKE_UPS`.
+pub(super) const MAX_WAKE_UPS: u32 = 8;
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -23,8 +31,14 @@ pub(super) struct State {
     pub(super) leases: BTreeMap<String, Permits>,
     /// Grants revoked recently, by name: what their holders' renewals answer.
     pub(super) revoked: HashMap<String, Vec<Revocation>>,
-    /// Queue entries of waiting callers by name, first in line at the front; no empty queues.
-    pub(super) queues: HashMap<String, VecDeque<String>>,
+    /// Queue entries of waiting callers by name, first in line at the front, each with its
+    /// arrival (the order it keeps); no empty queues.
+    pub(super) queues: HashMap<String, VecDeque<Queued>>,
+    /// The places in line of callers that chose their lease ids, by name and lease id: a retry
+    /// of their wait takes the same place until the first wait would have ended.
+    pub(super) places: HashMap<String, HashMap<String, Place>>,
+    /// The arrival of the last entry queued, for all names.
+    last_arrival: u64,
     /// The last fencing token issued, for all names: one counter keeps every name's tokens
     /// increasing, and flooring it at the clock keeps them increasing across a restart.
     last_token: u64,
@@ -34,9 +48,30 @@ pub(super) struct State {
 /// freed (reads skip them; writes and the sweep drop them).
 #[derive(Debug)]
 pub(super) struct Permits {
-    /// The limit they were granted with (1: an exclusive lease).
+    /// The limit they were granted with (1: an exclusive lease, or the shared grants of a
+    /// read-write lease).
     pub(super) limit: u32,
+    /// Shared grants of a read-write lease.
+    pub(super) shared: bool,
     pub(super) taken: Vec<HeldLease>,
+}
+
+/// A waiting caller's entry in a queue.
+#[derive(Debug)]
+pub(super) struct Queued {
+    /// The order of the queue: earlier arrivals first.
+    pub(super) arrival: u64,
+    pub(super) entry: String,
+}
+
+/// Where a caller that chose its lease id waited.
+#[derive(Debug)]
+pub(super) struct Place {
+    pub(super) arrival: u64,
+    /// Its entry, which a retry's entry replaces.
+    pub(super) entry: String,
+    /// When its first wait would have ended: the place is kept until then.
+    pub(super) until: Instant,
 }
 
 /// A revoked grant, remembered so that its holder learns why it lost the lease.
@@ -80,7 +115,7 @@ impl HeldLease {
         }
     }
 
-    fn info(&self, now: Instant) -> Holder {
+    fn info(&self, shared: bool, now: Instant) -> Holder {
         let frees_at = self.expires_at + self.lock_delay;
         // Rounded up: `held_ms() > 0` exactly while `is_held`, so that a watcher timing the
         // expiry never calls a lease expired that can still be renewed.
@@ -93,11 +128,18 @@ impl HeldLease {
                 at_unix_ms: self.expires_at_unix_ms,
                 lock_delay_ms: self.lock_delay.as_millis() as i64,
             }),
+            shared,
         }
     }
 
     /// The change a watcher is told of.
-    pub(super) fn change(&self, cause: ChangeCause, limit: u32, reason: &str) -> LeaseChange {
+    pub(super) fn change(
+        &self,
+        cause: ChangeCause,
+        limit: u32,
+        shared: bool,
+        reason: &str,
+    ) -> LeaseChange {
         LeaseChange {
             cause,
             holder: self.holder.clone(),
@@ -109,6 +151,7 @@ impl HeldLease {
             },
             expires_at_ms: self.expires_at_unix_ms,
             reason: reason.to_owned(),
+            shared,
         }
     }
 }
@@ -126,13 +169,36 @@ impl Permits {
         let soonest = self
             .taken(now)
             .min_by_key(|lease| lease.expires_at + lease.lock_delay)
-            .map(|lease| lease.info(now));
+            .map(|lease| lease.info(self.shared, now));
         Occupancy {
             holder: soonest,
             held,
             limit: self.limit,
+            due: 0,
         }
     }
+}
+
+/// How many of the first callers in `queue` a grant may go to when `taken` grants of `limit` are
+/// taken (shared ones if `shared`): as `due_in_line` of the Redis store's prelude.lua.
+pub(super) fn due_in_line(
+    queue: Option<&VecDeque<Queued>>,
+    taken: u32,
+    limit: u32,
+    shared: bool,
+) -> u32 {
+    if taken > 0 && !shared {
+        return limit.saturating_sub(taken);
+    }
+    let Some(head) = queue.and_then(VecDeque::front) else {
+        return 0;
+    };
+    if !is_shared_entry(&head.entry) {
+        return u32::from(taken == 0);
+    }
+    let queue = queue.into_iter().flatten();
+    let run = queue.take(SHARED_RUN_SCAN);
+    run.take_while(|queued| is_shared_entry(&queued.entry)).count() as u32
 }
 
 /// The wall-clock Unix milliseconds `remaining_ms` from now.
@@ -179,16 +245,18 @@ impl State {
             expires_at_unix_ms: unix_millis_after(request.ttl.as_millis() as i64),
         };
         let grant = lease.grant();
-        let change = lease.change(ChangeCause::Granted, request.limit, "");
+        let change = lease.change(ChangeCause::Granted, request.limit, request.shared, "");
         let permits = self
             .leases
             .entry(request.name.as_str().to_owned())
             .or_insert_with(|| Permits {
                 limit: request.limit,
+                shared: request.shared,
                 taken: Vec::new(),
             });
         permits.taken.retain(|lease| lease.is_taken(now));
         permits.limit = request.limit;
+        permits.shared = request.shared;
         permits.taken.push(lease);
         (grant, change)
     }
@@ -206,7 +274,10 @@ impl State {
         taken.sort_by_key(|lease| lease.fencing_token);
         Description {
             limit: if taken.is_empty() { 0 } else { permits.limit },
-            holders: taken.into_iter().map(|lease| lease.info(now)).collect(),
+            holders: taken
+                .into_iter()
+                .map(|lease| lease.info(permits.shared, now))
+                .collect(),
             waiters,
         }
     }
@@ -225,10 +296,50 @@ impl State {
             .map(|revocation| revocation.reason.clone())
     }
 
+    /// Who takes `name`, and how many of the first callers in line a grant may go to now.
     pub(super) fn occupancy(&self, name: &LeaseName, now: Instant) -> Occupancy {
-        self.leases
+        let mut occupancy = self
+            .leases
             .get(name.as_str())
-            .map_or_else(Occupancy::free, |permits| permits.occupancy(now))
+            .map_or_else(Occupancy::free, |permits| permits.occupancy(now));
+        let shared = occupancy.shared();
+        occupancy.due = due_in_line(
+            self.queues.get(name.as_str()),
+            occupancy.held,
+            occupancy.limit,
+            shared,
+        );
+        occupancy
+    }
+
+    /// Where `entry` stands in the queue of `name`: 0 = first in line.
+    pub(super) fn rank(&self, name: &LeaseName, entry: &str) -> Option<usize> {
+        let queue = self.queues.get(name.as_str())?;
+        queue.iter().position(|queued| queued.entry == entry)
+    }
+
+    /// Callers waiting in the queue of `name`.
+    pub(super) fn in_line(&self, name: &LeaseName) -> usize {
+        self.queues.get(name.as_str()).map_or(0, VecDeque::len)
+    }
+
+    /// Puts `entry` in the queue of `name`, by its `arrival`.
+    pub(super) fn insert_entry(&mut self, name: &LeaseName, arrival: u64, entry: &str) {
+        let queue = self.queues.entry(name.as_str().to_owned()).or_default();
+        let index = queue.partition_point(|queued| queued.arrival < arrival);
+        queue.insert(
+            index,
+            Queued {
+                arrival,
+                entry: entry.to_owned(),
+            },
+        );
+    }
+
+    /// The arrival of a new entry: after every entry queued before.
+    pub(super) fn next_arrival(&mut self) -> u64 {
+        self.last_arrival += 1;
+        self.last_arrival
     }
 
     /// The lease `lease_id` holds on `name`, if its TTL has not passed.
@@ -250,8 +361,42 @@ impl State {
         self.queues
             .get(name.as_str())
             .map_or_else(Vec::new, |queue| {
-                queue.iter().take(count as usize).cloned().collect()
+                let first = queue.iter().take(count as usize);
+                first.map(|queued| queued.entry.clone()).collect()
             })
+    }
+
+    /// The callers in line to wake once `ended` grants of `name` ended and `held` grants of
+    /// `limit` (shared ones if `shared`) are still taken, as a release does. A counting lease's
+    /// free permits go to the first callers in line, those freed here to the last of them (the
+    /// others were woken when theirs freed); a read-write lease's to the first in line, or the
+    /// run of shared callers at the head.
+    pub(super) fn woken_after_ending(
+        &self,
+        name: &LeaseName,
+        limit: u32,
+        held: u32,
+        shared: bool,
+        ended: usize,
+    ) -> Vec<String> {
+        let queue = self.queues.get(name.as_str());
+        if limit > 1 {
+            let free = limit.saturating_sub(held);
+            let first = self.first_in_line(name, free).into_iter();
+            return first.skip((free as usize).saturating_sub(ended)).collect();
+        }
+        let due = due_in_line(queue, held, limit, shared);
+        self.first_in_line(name, due.min(MAX_WAKE_UPS))
+    }
+
+    /// Forgets the place in line of `lease_id`'s wait for `name`: it was granted.
+    pub(super) fn forget_place(&mut self, name: &LeaseName, lease_id: &LeaseId) {
+        if let Some(places) = self.places.get_mut(name.as_str()) {
+            places.remove(lease_id.expose());
+            if places.is_empty() {
+                self.places.remove(name.as_str());
+            }
+        }
     }
 
     /// Takes `entries` out of the queue of `name`; the queue goes when it is empty.
@@ -260,7 +405,7 @@ impl State {
             return false;
         };
         let before = queue.len();
-        queue.retain(|entry| !entries.contains(entry));
+        queue.retain(|queued| !entries.contains(&queued.entry));
         let removed = queue.len() != before;
         if queue.is_empty() {
             self.queues.remove(name.as_str());

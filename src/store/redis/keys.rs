@@ -26,6 +26,8 @@ pub struct LeaseKeys {
     pub(super) holders: String,
     /// Why recently revoked grants were revoked, for their holders' renewals.
     pub(super) revoked: String,
+    /// The places in line of callers that chose their lease ids, for a retry of their wait.
+    pub(super) places: String,
 }
 
 impl LeaseKeys {
@@ -45,11 +47,20 @@ impl LeaseKeys {
             permits: key(":permits"),
             holders: key(":holders"),
             revoked: key(":revoked"),
+            places: key(":places"),
             lease,
         }
     }
 
-    /// The KEYS of acquire.lua, release.lua, leave.lua and purge.lua, and the first ones of
+    /// The KEYS of acquire.lua: the queue scripts' and the places of callers' own lease ids.
+    pub(super) fn for_acquire(mut self) -> Vec<String> {
+        let places = std::mem::take(&mut self.places);
+        let mut keys = self.for_queue_scripts();
+        keys.push(places);
+        keys
+    }
+
+    /// The KEYS of release.lua, leave.lua and purge.lua, and the first ones of acquire.lua and
     /// revoke.lua, in the order their headers list.
     pub(super) fn for_queue_scripts(self) -> Vec<String> {
         vec![

@@ -646,6 +646,7 @@ mod tests {
     #[test]
     fn leases_are_listed_through_the_key_of_their_kind() {
         let holder = Holder {
+            shared: false,
             holder: "h".into(),
             fencing_token: 1,
             expiry: None,

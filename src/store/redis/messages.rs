@@ -18,6 +18,7 @@ impl<'a> Published<'a> {
     /// Reads one message; `None` for one this version does not know.
     ///
     /// - `g<token> <limit> <ttl_ms> <expires_at_ms> <holder>`: granted
+    /// - `s<token> <ttl_ms> <expires_at_ms> <holder>`: granted shared (a read-write lease)
     /// - `r<token> <expires_at_ms> <holder>`: released
     /// - `v<token> <expires_at_ms> <reason bytes> <reason><holder>`: revoked
     pub(super) fn parse(message: &'a str) -> Option<Self> {
@@ -32,6 +33,7 @@ impl<'a> Published<'a> {
                 ttl_ms,
                 expires_at_ms: expires_at_ms.parse().ok()?,
                 reason: String::new(),
+                shared: false,
             })
         };
         match kind {
@@ -55,6 +57,23 @@ impl<'a> Published<'a> {
                 )?;
                 Some(Published::Changed(LeaseChange {
                     holder: holder.to_owned(),
+                    ..change
+                }))
+            }
+            's' => {
+                let mut parts = fields.splitn(4, ' ');
+                let (token, ttl_ms, expires_at_ms, holder) =
+                    (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+                let change = change(
+                    ChangeCause::Granted,
+                    token,
+                    1,
+                    ttl_ms.parse().ok()?,
+                    expires_at_ms,
+                )?;
+                Some(Published::Changed(LeaseChange {
+                    holder: holder.to_owned(),
+                    shared: true,
                     ..change
                 }))
             }
@@ -98,6 +117,7 @@ mod tests {
             ttl_ms: 0,
             expires_at_ms: 1_700_000_030_000,
             reason: String::new(),
+            shared: false,
         }
     }
 
@@ -116,6 +136,15 @@ mod tests {
                 limit: 3,
                 ttl_ms: 30_000,
                 ..change(ChangeCause::Granted, "worker 7 (eu)", 1_700_000_000_123_456)
+            }))
+        );
+        assert_eq!(
+            Published::parse("s1700000000123456 30000 1700000030000 reader 3"),
+            Some(Published::Changed(LeaseChange {
+                limit: 1,
+                ttl_ms: 30_000,
+                shared: true,
+                ..change(ChangeCause::Granted, "reader 3", 1_700_000_000_123_456)
             }))
         );
         assert_eq!(
@@ -144,6 +173,7 @@ mod tests {
             "g12 3 30000",
             "gx 3 30000 1 h",
             "r12",
+            "s12 30000",
             "v12 1 99 short",
             "v12 1 1 éholder",
         ] {

@@ -35,7 +35,7 @@ impl LeaseStore for RedisStore {
             .run(
                 Script::Acquire,
                 name,
-                keys.for_queue_scripts(),
+                keys.for_acquire(),
                 vec![
                     lease_id_digest(lease_id),
                     request.holder.clone(),
@@ -46,6 +46,9 @@ impl LeaseStore for RedisStore {
                     self.max_waiters_per_name.to_string(),
                     request.limit.to_string(),
                     request.lock_delay.as_millis().to_string(),
+                    flag(request.shared),
+                    request.max_shared.to_string(),
+                    flag(request.lease_id.is_some()),
                 ],
             )
             .await?;
@@ -107,11 +110,10 @@ impl LeaseStore for RedisStore {
         if reply.int(0)? == 0 {
             return Ok(false);
         }
-        // The wake-up is on its way through pub/sub too; if the caller it goes to waits on this
-        // replica, the reply reaches it sooner.
-        let first = reply.string(1)?;
-        if !first.is_empty() {
-            self.events.wake(name.as_str(), &first);
+        // The wake-ups are on their way through pub/sub too; if a caller they go to waits on
+        // this replica, the reply reaches it sooner.
+        for index in 1..reply.len()? {
+            self.events.wake(name.as_str(), &reply.string(index)?);
         }
         Ok(true)
     }
@@ -132,9 +134,10 @@ impl LeaseStore for RedisStore {
                 vec![],
             )
             .await?;
-        let mut holders = (2..reply.len()?)
+        let shared = reply.int(2)? == 1;
+        let mut holders = (3..reply.len()?)
             .step_by(HOLDER_FIELDS)
-            .map(|index| reply.holder(index))
+            .map(|index| reply.holder(index, shared))
             .collect::<Result<Vec<_>>>()?;
         holders.sort_by_key(|holder| holder.fencing_token);
         Ok(Description {
@@ -181,11 +184,14 @@ impl LeaseStore for RedisStore {
         let positions = (0..entries.len())
             .map(|index| reply.count(OCCUPANCY_FIELDS + index))
             .collect::<Result<_>>()?;
-        let due = (OCCUPANCY_FIELDS + entries.len()..reply.len()?)
+        let due_at = OCCUPANCY_FIELDS + entries.len();
+        let due = (due_at + 1..reply.len()?)
             .map(|index| reply.string(index))
             .collect::<Result<_>>()?;
+        let mut occupancy = reply.occupancy(0)?;
+        occupancy.due = reply.count(due_at)?;
         Ok(QueueStatus {
-            occupancy: reply.occupancy(0)?,
+            occupancy,
             positions,
             due,
         })
@@ -307,6 +313,11 @@ impl LeaseStore for RedisStore {
             .transpose()?;
         self.list_page(prefix, page_size.max(1), resume).await
     }
+}
+
+/// A yes/no argument of a script: '1' or '0'.
+fn flag(yes: bool) -> String {
+    String::from(if yes { "1" } else { "0" })
 }
 
 impl RedisStore {

@@ -54,7 +54,7 @@ pub(super) fn is_transient(error: &RedisError) -> bool {
 }
 
 /// The fields of `occupancy()` in prelude.lua, as the scripts reply them.
-pub(super) const OCCUPANCY_FIELDS: usize = 8;
+pub(super) const OCCUPANCY_FIELDS: usize = 9;
 
 /// The fields of one holder in the scripts' replies: `holder, token, remaining_ms,
 /// expires_at_ms, lock_delay_ms`.
@@ -104,10 +104,17 @@ impl Reply<'_> {
             3 => Ok(AcquireOutcome::LimitMismatch {
                 limit: self.count(1)?,
             }),
-            _ => Ok(AcquireOutcome::Busy {
-                position: self.count(1)?,
-                occupancy: self.occupancy(2)?,
+            4 => Ok(AcquireOutcome::TooManyShared {
+                limit: self.count(1)?,
             }),
+            _ => {
+                let mut occupancy = self.occupancy(2)?;
+                occupancy.due = self.count(2 + OCCUPANCY_FIELDS)?;
+                Ok(AcquireOutcome::Busy {
+                    position: self.count(1)?,
+                    occupancy,
+                })
+            }
         }
     }
 
@@ -169,7 +176,7 @@ impl Reply<'_> {
 
     /// Reads the [`HOLDER_FIELDS`] `holder, token, remaining_ms, expires_at_ms, lock_delay_ms`
     /// starting at `index`; the scripts send -1, -1 for a key without expiry.
-    pub(super) fn holder(&self, index: usize) -> Result<Holder> {
+    pub(super) fn holder(&self, index: usize, shared: bool) -> Result<Holder> {
         let remaining_ms = self.int(index + 2)?;
         let at_unix_ms = self.int(index + 3)?;
         let lock_delay_ms = self.int(index + 4)?;
@@ -181,21 +188,25 @@ impl Reply<'_> {
                 at_unix_ms,
                 lock_delay_ms,
             }),
+            shared,
         })
     }
 
     /// Reads the [`OCCUPANCY_FIELDS`] of `occupancy()` in prelude.lua starting at `index`:
-    /// `taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms` (`held` 0:
-    /// no permit is taken, and the holder fields are zeros).
+    /// `taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms, shared`
+    /// (`held` 0: no permit is taken, and the holder fields are zeros). `due` is left 0: the
+    /// replies that know it carry it after these fields.
     pub(super) fn occupancy(&self, index: usize) -> Result<Occupancy> {
+        let shared = self.int(index + 8)? == 1;
         let holder = match self.int(index + 2)? {
             0 => None,
-            _ => Some(self.holder(index + 3)?),
+            _ => Some(self.holder(index + 3, shared)?),
         };
         Ok(Occupancy {
             holder,
             held: self.count(index)?,
             limit: self.count(index + 1)?,
+            due: 0,
         })
     }
 }

@@ -13,29 +13,38 @@
 --                                   a grant publishes 'g...' on it while anyone subscribes
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
+-- KEYS[7]  <prefix>{name}:places    hash: the place in line of each caller that chose its lease
+--                                   id: its digest -> '<score> <until_ms> <entry>', so that a
+--                                   retry of its wait (a new entry, perhaps of another replica)
+--                                   takes the same place until its first wait would have ended;
+--                                   expires with the queue
 -- ARGV[1]  lease id digest   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] keep_ms (the counter keep)
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] wait_ms (how long the caller may
 --          still wait: the queue lives at least that long)
 -- ARGV[7]  max_waiters (the whole queue, every replica)   ARGV[8] limit (1: exclusive)
--- ARGV[9]  lock_delay_ms
+-- ARGV[9]  lock_delay_ms   ARGV[10] '1': a shared grant   ARGV[11] the most shared grants at once
+-- ARGV[12] '1': the caller chose its lease id (its place in line is kept for a retry)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
 --          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
---           lock_delay_ms}
+--           lock_delay_ms, shared, due}
 --                    not granted: occupancy() of prelude.lua; held 0 when no permit is taken (the
 --                    free one goes to someone ahead in the queue); remaining_ms, expires_at_ms
 --                    -1: no expiry. position: the entry's place (1 = next), 0 when not queued.
+--                    due: how many of the first in line a grant goes to now (due_in_line()).
 --          {2, max_waiters}                    the queue is full
 --          {3, limit}                          the holders were granted with this other limit
+--          {4, most}                           shared: `most` shared grants hold the name already
 --
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
 -- lease key and the owner hash, so it must always be spelled the same way.
-local lease, owner_key, queue, channel, permits, holders =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lease, owner_key, queue, channel, permits, holders, places =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local lease_id, holder, entry = ARGV[1], ARGV[2], ARGV[5]
 local now_ms, now_us = redis_now()
 local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local keep_ms = tonumber(ARGV[4])
+local shared, own_id = ARGV[10] == '1', ARGV[12] == '1'
 
 -- Who takes the name now: {taken, limit, held, holder fields...} as occupancy() answers.
 local occupied
@@ -57,11 +66,15 @@ if current then
     -- A key something else wrote: the owner hash's fields are an earlier grant's.
     occupied = {1, 1, unpack(holder_fields(lease, current, nil, nil, nil, now_ms))}
   end
+  if occupied then
+    table.insert(occupied, 0) -- not shared
+  end
 end
 -- Whether any of the keys that a plain grant finds missing exists: a counting lease's holders, a
 -- queue. One call answers the common case, neither; the grant path always sets it here.
 local bystanders = true
--- Whether a counting lease's holders hash existed: its permits, and its share of the counter.
+-- Whether a holders hash existed (a counting lease's permits, or shared grants), and its share of
+-- the counter.
 local counting = false
 if not occupied then
   occupied = nobody()
@@ -80,72 +93,133 @@ if occupied[1] > 0 and occupied[2] ~= limit then
   return {3, occupied[2]}
 end
 
--- The free permits go to the first callers in line; a caller not in line comes after them all.
-local free = limit - occupied[1]
-if free > 0 then
-  local rank = bystanders and entry ~= '' and redis.call('ZRANK', queue, entry) or nil
-  local ahead = rank or (bystanders and redis.call('ZCARD', queue) or 0)
-  if ahead < free then
-    local last = redis.call('HMGET', owner_key, 't', 'd')
-    -- While a counting lease holds permits, its grants count in its holders hash.
-    local counted = counting and redis.call('HGET', holders, 't')
-    local token = next_token(math.max(tonumber(last[1]) or 0, tonumber(counted) or 0), now_us)
-    local token_text = string.format('%d', token)
-    local expires_at_ms = now_ms + ttl_ms
-    local expiry = string.format('%d', expires_at_ms)
-    if limit == 1 then
-      -- The lease key outlives the TTL by the lock-delay: until it goes, the name is taken.
-      if takeover then
-        -- Take the expired key over with GETSET, as the classic pattern does. Nothing can write
-        -- the key between the GET above and this GETSET inside an atomic script, so the old value
-        -- is the expired one we read and the pattern's comparison of the two could never fail.
-        redis.call('GETSET', lease, expiry)
-        redis.call('PEXPIRE', lease, ttl_ms + delay_ms)
-      else
-        redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
-      end
-      redis.call('HSET', owner_key, 'i', lease_id, 'h', holder, 't', token_text,
-        'l', ARGV[3], 'e', expiry)
-      if delay_ms > 0 then
-        redis.call('HSET', owner_key, 'd', ARGV[9])
-      elseif last[2] then
-        redis.call('HDEL', owner_key, 'd') -- an earlier grant's, which expired
-      end
-      -- The counter outlives the grant (lock-delay included) by the keep.
-      redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms + keep_ms)
+-- Whether this caller may be granted now: the free permits of a counting lease go to the first
+-- callers in line (a caller not in line comes after them all); a read-write lease (limit 1) goes
+-- to the first in line, or to the run of shared callers at the head of the line, and to a caller
+-- not in line only when nobody waits.
+local rank = bystanders and entry ~= '' and redis.call('ZRANK', queue, entry) or nil
+local granting, due
+if limit > 1 then
+  due = limit - occupied[1]
+  granting = due > 0 and (rank or (bystanders and redis.call('ZCARD', queue) or 0)) < due
+else
+  local compatible = occupied[1] == 0 or (shared and occupied[9] == 1)
+  if compatible and rank then
+    due = due_for(queue, occupied)
+    granting = rank < due
+  elseif compatible then
+    granting = not bystanders or redis.call('EXISTS', queue) == 0
+    due = granting and 0 or due_for(queue, occupied)
+  else
+    due, granting = 0, false
+  end
+end
+if granting then
+  if shared and occupied[1] >= tonumber(ARGV[11]) then
+    return {4, tonumber(ARGV[11])}
+  end
+  local last = redis.call('HMGET', owner_key, 't', 'd')
+  -- While a counting lease or shared grants hold permits, their grants count in the holders hash.
+  local counted = counting and redis.call('HGET', holders, 't')
+  local token = next_token(math.max(tonumber(last[1]) or 0, tonumber(counted) or 0), now_us)
+  local token_text = string.format('%d', token)
+  local expires_at_ms = now_ms + ttl_ms
+  local expiry = string.format('%d', expires_at_ms)
+  if limit == 1 and not shared then
+    -- The lease key outlives the TTL by the lock-delay: until it goes, the name is taken.
+    if takeover then
+      -- Take the expired key over with GETSET, as the classic pattern does. Nothing can write
+      -- the key between the GET above and this GETSET inside an atomic script, so the old value
+      -- is the expired one we read and the pattern's comparison of the two could never fail.
+      redis.call('GETSET', lease, expiry)
+      redis.call('PEXPIRE', lease, ttl_ms + delay_ms)
     else
-      redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
-        'limit', ARGV[8], 't', token_text)
-      redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
-      keep_permits(permits, holders, now_ms)
+      redis.call('SET', lease, expiry, 'PX', ttl_ms + delay_ms)
     end
-    if rank then
-      redis.call('ZREM', queue, entry)
-      queue_moved(queue, channel, free - 1)
+    redis.call('HSET', owner_key, 'i', lease_id, 'h', holder, 't', token_text,
+      'l', ARGV[3], 'e', expiry)
+    if delay_ms > 0 then
+      redis.call('HSET', owner_key, 'd', ARGV[9])
+    elseif last[2] then
+      redis.call('HDEL', owner_key, 'd') -- an earlier grant's, which expired
     end
-    if listened(channel) then
+    -- The counter outlives the grant (lock-delay included) by the keep.
+    redis.call('PEXPIRE', owner_key, ttl_ms + delay_ms + keep_ms)
+  else
+    if takeover then
+      -- The expired key of a crashed classic lock: gone, or the next exclusive caller would take
+      -- it over beside the shared grant.
+      redis.call('DEL', lease)
+    end
+    redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
+      'limit', ARGV[8], 't', token_text)
+    redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
+    keep_permits(permits, holders, now_ms)
+  end
+  if rank then
+    redis.call('ZREM', queue, entry)
+    if own_id then
+      redis.call('HDEL', places, lease_id)
+    end
+    if limit > 1 then
+      queue_moved(queue, channel, {occupied[1] + 1, limit, 0, 0, 0, 0, 0, 0, 0})
+    else
+      queue_moved(queue, channel, {occupied[1] + 1, 1, 0, 0, 0, 0, 0, 0, shared and 1 or 0})
+    end
+  end
+  if listened(channel) then
+    if shared then
+      redis.call('SPUBLISH', channel, shared_granted_message(token, ttl_ms, expires_at_ms, holder))
+    else
       redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
     end
-    return {1, token, ttl_ms, expires_at_ms}
   end
+  return {1, token, ttl_ms, expires_at_ms}
+end
+if due > 0 then
   -- Callers ahead take the free permits. Wake them again in case they missed the release.
-  wake_first(queue, channel, free)
+  wake_first(queue, channel, due)
 end
 
+-- Not granted: the occupancy, then how many of the first in line a grant goes to now.
+table.insert(occupied, math.max(due, 0))
 if entry == '' then
   return {0, 0, unpack(occupied)}
 end
 
--- Join the queue at its tail, or keep the place already held.
-local rank = redis.call('ZRANK', queue, entry)
+-- Join the queue at its tail, or keep the place already held: this entry's, or for a caller
+-- that chose its lease id, the place of its earlier wait (until that wait would have ended).
+if not rank then
+  rank = redis.call('ZRANK', queue, entry)
+end
 if not rank then
   local size = redis.call('ZCARD', queue)
+  local place = own_id and redis.call('HGET', places, lease_id)
+  local score, until_ms, earlier
+  if place then
+    score, until_ms, earlier = string.match(place, '^(%d+) (%d+) (.*)$')
+    score, until_ms = tonumber(score), tonumber(until_ms)
+    if not until_ms or until_ms <= now_ms then
+      score, earlier = nil, nil
+    elseif earlier and redis.call('ZREM', queue, earlier) == 1 then
+      size = size - 1 -- the earlier call's entry, which this one replaces
+    end
+  end
   if size >= tonumber(ARGV[7]) then
     return {2, tonumber(ARGV[7])}
   end
-  local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-  redis.call('ZADD', queue, (tonumber(tail[2]) or 0) + 1, entry)
-  rank = size
+  if not score then
+    local tail = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    score, until_ms = (tonumber(tail[2]) or 0) + 1, now_ms + tonumber(ARGV[6])
+  end
+  redis.call('ZADD', queue, score, entry)
+  rank = redis.call('ZRANK', queue, entry)
+  if own_id then
+    remember_place(places, queue, lease_id, score, until_ms, entry, now_ms, tonumber(ARGV[7]))
+  end
 end
 keep_queue(queue, tonumber(ARGV[6]))
+if own_id then
+  redis.call('PEXPIRE', places, redis.call('PTTL', queue))
+end
 return {0, rank + 1, unpack(occupied)}

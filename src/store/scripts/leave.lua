@@ -13,6 +13,6 @@
 local removed = redis.call('ZREM', KEYS[3], unpack(ARGV))
 if removed > 0 then
   local occupied = occupancy(KEYS[1], KEYS[2], KEYS[5], KEYS[6], redis_now())
-  queue_moved(KEYS[3], KEYS[4], free_for_queue(occupied))
+  queue_moved(KEYS[3], KEYS[4], occupied)
 end
 return removed

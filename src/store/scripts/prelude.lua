@@ -40,10 +40,25 @@
 --                           last token issued (the name's counter while the lease holds permits)
 -- Both expire when the last permit frees. A permit whose moment passed is free; the writing
 -- scripts drop such records. docs/src/internals/redis-layout.md.
+-- The shared grants of a read-write lease are permits too, with 'limit' 1 (a counting lease's
+-- limit is always more than 1, and an exclusive grant never is a permit): any number of them,
+-- up to the server's cap, and no exclusive grant while one is taken (held or in its lock-delay).
+-- A queue entry that waits for a shared grant ends with 's' ('<replica>:<n>s'): the run of
+-- shared entries at the head of the queue is granted together, and an entry waiting to be
+-- exclusive holds back every shared one behind it.
 
 -- At most this many wake-ups per script: callers past them learn of their free permit from the
 -- 'm' published with them (their replica re-reads the queue), a round trip later.
 local MAX_WAKE_UPS = 8
+
+-- How far down the queue a run of shared entries is read: the callers past it are granted once
+-- those ahead of them are, a round trip later.
+local SHARED_RUN_SCAN = 64
+
+-- Whether a queue entry waits for a shared grant: the core ends its id with 's'.
+local function is_shared_entry(entry)
+  return string.byte(entry, -1) == 115 -- 's'
+end
 
 -- Redis time in milliseconds and microseconds.
 local function redis_now()
@@ -67,14 +82,45 @@ local function wake_first(queue, channel, count)
   end
 end
 
+-- How many of the first callers in line a grant may go to now, given what is taken: `taken`
+-- grants of `limit` (1: an exclusive lease, or shared grants when `shared`). A counting lease's
+-- free permits; for a name that is free or held shared, the run of shared entries at the head of
+-- the queue (at most SHARED_RUN_SCAN), or an exclusive entry first in line while nothing is
+-- taken.
+local function due_in_line(queue, taken, limit, shared)
+  if taken > 0 and not shared then
+    return math.max(limit - taken, 0)
+  end
+  local head = first_in_line(queue)
+  if not head then
+    return 0
+  end
+  if not is_shared_entry(head) then
+    return taken == 0 and 1 or 0
+  end
+  local run = 1
+  for _, entry in ipairs(redis.call('ZRANGE', queue, 1, SHARED_RUN_SCAN - 1)) do
+    if not is_shared_entry(entry) then
+      break
+    end
+    run = run + 1
+  end
+  return run
+end
+
+-- due_in_line() for what occupancy() answered.
+local function due_for(queue, occupied)
+  return due_in_line(queue, occupied[1], occupied[2], occupied[9] == 1)
+end
+
 -- After entries left the queue: unless it is empty (and so gone), tell every replica that
--- positions moved and wake the callers that the `free` permits now go to.
-local function queue_moved(queue, channel, free)
+-- positions moved and wake the callers that a grant now goes to (`occupied`: occupancy()).
+local function queue_moved(queue, channel, occupied)
   if not first_in_line(queue) then
     return
   end
   redis.call('SPUBLISH', channel, 'm')
-  wake_first(queue, channel, free)
+  wake_first(queue, channel, due_for(queue, occupied))
 end
 
 -- A caller joined the queue to wait at most `wait_ms`: the queue lives at least that long (and a
@@ -84,6 +130,23 @@ local function keep_queue(queue, wait_ms)
   local ttl_ms = wait_ms + 1000
   if redis.call('PTTL', queue) < ttl_ms then
     redis.call('PEXPIRE', queue, ttl_ms)
+  end
+end
+
+-- Records the place in line of a caller that chose its lease id (acquire.lua, KEYS[7]). Past
+-- `most` records (the queue's bound), drops those whose wait is over or whose entry left the
+-- queue, so that callers who join and leave again cannot grow the hash.
+local function remember_place(places, queue, lease_id, score, until_ms, entry, now_ms, most)
+  redis.call('HSET', places, lease_id, string.format('%d %d ', score, until_ms) .. entry)
+  if redis.call('HLEN', places) <= most then
+    return
+  end
+  local records = redis.call('HGETALL', places)
+  for i = 1, #records, 2 do
+    local kept_until, kept_entry = string.match(records[i + 1], '^%d+ (%d+) (.*)$')
+    if not kept_until or tonumber(kept_until) <= now_ms or not redis.call('ZSCORE', queue, kept_entry) then
+      redis.call('HDEL', places, records[i])
+    end
   end
 end
 
@@ -195,7 +258,7 @@ end
 
 -- occupancy() of a name nobody takes.
 local function nobody()
-  return {0, 0, 0, '', 0, 0, 0, 0}
+  return {0, 0, 0, '', 0, 0, 0, 0, 0}
 end
 
 -- occupancy() of a counting lease's permits alone.
@@ -206,28 +269,24 @@ local function permits_occupancy(permits, holders, now_ms)
   end
   local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
   local limit = tonumber(redis.call('HGET', holders, 'limit')) or taken
-  return {taken, limit, unpack(permit_fields(holders, soonest[1], tonumber(soonest[2]), now_ms))}
+  local reply = {taken, limit, unpack(permit_fields(holders, soonest[1], tonumber(soonest[2]), now_ms))}
+  -- Permits of limit 1 are the shared grants of a read-write lease.
+  table.insert(reply, limit == 1 and 1 or 0)
+  return reply
 end
 
 -- Who takes a name, as the scripts reply: {taken, limit, held, holder, token, remaining_ms,
--- expires_at_ms, lock_delay_ms}: the permits taken (held or in their lock-delay), the limit in
--- force (0 when none is taken), then the holder fields of the permit that frees soonest
--- ({0, '', 0, 0, 0, 0} when none).
+-- expires_at_ms, lock_delay_ms, shared}: the permits taken (held or in their lock-delay), the
+-- limit in force (0 when none is taken), then the holder fields of the permit that frees soonest
+-- ({0, '', 0, 0, 0, 0} when none), and 1 if the grants taken are shared ones.
 local function occupancy(lease, owner_key, permits, holders, now_ms)
   local exclusive = lease_holder(lease, owner_key, now_ms)
   if exclusive then
-    return {1, 1, unpack(exclusive)}
+    local reply = {1, 1, unpack(exclusive)}
+    table.insert(reply, 0)
+    return reply
   end
   return permits_occupancy(permits, holders, now_ms)
-end
-
--- Permits the callers in line may take: with none taken, the first in line sets the limit, so it
--- alone is woken.
-local function free_for_queue(occupied)
-  if occupied[1] == 0 then
-    return 1
-  end
-  return math.max(occupied[2] - occupied[1], 0)
 end
 
 -- The next fencing token of a name, from the last one issued (the owner hash's 't', or the
@@ -251,6 +310,11 @@ end
 -- 'g<token> <limit> <ttl_ms> <expires_at_ms> <holder>': a grant.
 local function granted_message(token, limit, ttl_ms, expires_at_ms, holder)
   return string.format('g%d %d %d %d ', token, limit, ttl_ms, expires_at_ms) .. holder
+end
+
+-- 's<token> <ttl_ms> <expires_at_ms> <holder>': a shared grant of a read-write lease.
+local function shared_granted_message(token, ttl_ms, expires_at_ms, holder)
+  return string.format('s%d %d %d ', token, ttl_ms, expires_at_ms) .. holder
 end
 
 -- 'r<token> <expires_at_ms> <holder>': a release by the holder.

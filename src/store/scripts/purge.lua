@@ -33,10 +33,10 @@ for _, entry in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
   end
 end
 
-local free = free_for_queue(occupancy(KEYS[1], KEYS[2], KEYS[5], KEYS[6], redis_now()))
+local occupied = occupancy(KEYS[1], KEYS[2], KEYS[5], KEYS[6], redis_now())
 if removed > 0 then
-  queue_moved(queue, channel, free)
+  queue_moved(queue, channel, occupied)
 else
-  wake_first(queue, channel, free)
+  wake_first(queue, channel, due_for(queue, occupied))
 end
 return removed

@@ -11,14 +11,15 @@
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV[1]  lease id digest   ARGV[2] keep_ms (the counter keep)
--- Reply    {1, woken}  released; woken: the entry the permit goes to, '' if nobody waits for it
+-- Reply    {1, woken...}  released; woken: the entries a grant now goes to (none if nobody waits)
 --          {0}         not the holder (already released, expired, revoked, or taken over)
 local lease, owner_key, queue, channel, permits, holders =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now_ms = redis_now()
 
--- Permits free once this one is: the callers at those places in line may take one.
-local free
+-- Counting lease: permits free once this one is (the callers at those places in line may take
+-- one). Read-write lease: {taken, shared} once this grant has ended.
+local free, left
 -- The grant that ends, for the watchers: token, expires_at_ms, holder.
 local ended
 local current = redis.call('GET', lease)
@@ -29,7 +30,7 @@ if current then
     return {0}
   end
   end_exclusive(lease, owner_key, tonumber(ARGV[2]))
-  free = 1
+  left = {0, false}
   ended = {tonumber(owner[3]) or 0, tonumber(current), owner[4] or ''}
 else
   local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
@@ -40,7 +41,12 @@ else
   redis.call('ZREM', permits, ARGV[1])
   redis.call('HDEL', holders, ARGV[1])
   drop_freed_permits(permits, holders, owner_key, now_ms, tonumber(ARGV[2]))
-  free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+  local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+  if limit > 1 then
+    free = limit - taken
+  else
+    left = {taken, true}
+  end
   ended = {permit.token, permit.exp, permit.holder}
 end
 
@@ -48,12 +54,22 @@ if listened(channel) then
   redis.call('SPUBLISH', channel, released_message(ended[1], ended[2], ended[3]))
 end
 
-local woken = ''
-if free > 0 then
+local reply = {1}
+if left then
+  -- A read-write lease: the first in line, or the run of shared callers at the head.
+  local due = due_in_line(queue, left[1], 1, left[2])
+  if due > 0 then
+    for _, entry in ipairs(redis.call('ZRANGE', queue, 0, math.min(due, MAX_WAKE_UPS) - 1)) do
+      redis.call('SPUBLISH', channel, 'w' .. entry)
+      table.insert(reply, entry)
+    end
+  end
+elseif free > 0 then
   -- The callers ahead of this place had free permits already (and were woken for them).
-  woken = redis.call('ZRANGE', queue, free - 1, free - 1)[1] or ''
-  if woken ~= '' then
+  local woken = redis.call('ZRANGE', queue, free - 1, free - 1)[1]
+  if woken then
     redis.call('SPUBLISH', channel, 'w' .. woken)
+    table.insert(reply, woken)
   end
 end
-return {1, woken}
+return reply

@@ -29,8 +29,9 @@ end
 
 -- The grants that end: {id, token, holder, ttl, exp}.
 local ended = {}
--- Permits free once they have ended: the callers at those places in line may take one.
-local free = 0
+-- Counting lease: permits free once they have ended (the callers at those places in line may
+-- take one). Read-write lease: {taken, shared} once they have ended.
+local free, left = 0, nil
 local current = redis.call('GET', lease)
 local owner = current and redis.call('HMGET', owner_key, 'i', 'h', 't', 'l', 'e')
 -- An exclusive lease leased granted (its owner hash matches the key), and not in its lock-delay.
@@ -40,7 +41,7 @@ if owner and owner[1] and owner[5] == current and tonumber(current) > now_ms the
     end_exclusive(lease, owner_key, keep_ms)
     table.insert(ended, {id = owner[1], token = tonumber(owner[3]), holder = owner[2] or '',
       ttl = tonumber(owner[4]) or 0, exp = tonumber(current)})
-    free = 1
+    left = {0, false}
   end
 else
   -- At most the limit in force (--max-limit) of permits are taken.
@@ -56,7 +57,12 @@ else
   end
   if #ended > 0 then
     drop_freed_permits(permits, holders, owner_key, now_ms, keep_ms)
-    free = limit - redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+    local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
+    if limit > 1 then
+      free = limit - taken
+    else
+      left = {taken, true}
+    end
   end
 end
 if #ended == 0 then
@@ -87,7 +93,10 @@ end
 
 -- As a release: the free permits go to the first `free` callers in line; those freed here go to
 -- the last of them (the ones ahead were woken when theirs freed).
-if free > 0 and redis.call('EXISTS', queue) == 1 then
+if left then
+  -- A read-write lease: the first in line, or the run of shared callers at the head.
+  wake_first(queue, channel, due_in_line(queue, left[1], 1, left[2]))
+elseif free > 0 and redis.call('EXISTS', queue) == 1 then
   local first = math.max(free - #ended, 0)
   local last = math.min(free, first + MAX_WAKE_UPS) - 1
   for _, entry in ipairs(redis.call('ZRANGE', queue, first, last)) do

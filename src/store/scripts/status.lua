@@ -10,19 +10,21 @@
 -- KEYS[4]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[5]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
 -- ARGV     this replica's entries
--- Reply    {taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms,
---          position..., due...}: who takes the name (occupancy() of prelude.lua), one position
---          per entry of ARGV (1 = next in line, 0 = not in the queue: join again), then the
---          entries first in line that the free permits go to (at most MAX_WAKE_UPS)
+-- Reply    {taken, limit, held, holder, token, remaining_ms, expires_at_ms, lock_delay_ms, shared,
+--          position..., due, due entry...}: who takes the name (occupancy() of prelude.lua), one
+--          position per entry of ARGV (1 = next in line, 0 = not in the queue: join again), how
+--          many of the first in line a grant may go to now (due_in_line()), then those entries
+--          (at most MAX_WAKE_UPS)
 local queue = KEYS[3]
 local reply = occupancy(KEYS[1], KEYS[2], KEYS[4], KEYS[5], redis_now())
 for i = 1, #ARGV do
   local rank = redis.call('ZRANK', queue, ARGV[i])
   table.insert(reply, rank and rank + 1 or 0)
 end
-local free = free_for_queue(reply)
-if free > 0 then
-  for _, entry in ipairs(redis.call('ZRANGE', queue, 0, math.min(free, MAX_WAKE_UPS) - 1)) do
+local due = due_for(queue, reply)
+table.insert(reply, due)
+if due > 0 then
+  for _, entry in ipairs(redis.call('ZRANGE', queue, 0, math.min(due, MAX_WAKE_UPS) - 1)) do
     table.insert(reply, entry)
   end
 end
