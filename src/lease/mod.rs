@@ -14,9 +14,18 @@ use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 use crate::error::Result;
 pub use events::StoreEvents;
 pub use limits::Limits;
-pub use waiters::{Placement, is_shared_entry};
 pub(crate) use waiters::Waiters;
+pub use waiters::{Placement, is_shared_entry};
 pub(crate) use watch::Watchers;
+
+/// How long a released lease id stays ended: an Acquire with it as the caller's own lease id
+/// grants nothing meanwhile. Long enough for an Acquire of it still on its way when its caller
+/// gave up (a retry, a waiting call's attempt, a command held up by a Redis stall) to arrive.
+pub const ENDED_LEASE_ID_KEPT: Duration = Duration::from_secs(60);
+
+/// At most this many ended lease ids are kept per name, the soonest to lapse dropped first (as
+/// `MAX_ENDED_IDS` of the Redis scripts' prelude.lua).
+pub const MAX_ENDED_LEASE_IDS: usize = 1000;
 
 /// A validated lease name: 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -229,6 +238,9 @@ pub enum AcquireOutcome {
     TooManyShared {
         limit: u32,
     },
+    /// The caller's own lease id was released lately ([`ENDED_LEASE_ID_KEPT`]): its caller gave
+    /// up, or the id is being reused.
+    LeaseIdEnded,
 }
 
 /// Where this replica's waiters of one name stand: who holds the lease and, for each entry asked

@@ -257,6 +257,10 @@ fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
              for the same limit",
             request.limit
         )),
+        AcquireOutcome::LeaseIdEnded => Error::FailedPrecondition(
+            "lease_id: this lease id was released lately; a new acquisition takes a new id"
+                .to_owned(),
+        ),
         AcquireOutcome::TooManyShared { limit } => Error::ResourceExhausted(format!(
             "shared: {limit} shared grants hold this lease already, the most a name may have \
              (--max-limit)"

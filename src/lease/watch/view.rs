@@ -106,7 +106,10 @@ impl View {
         let read_max = description.holders.iter().map(|h| h.fencing_token).max();
         View {
             limit: description.limit,
-            shared: description.holders.first().is_some_and(|holder| holder.shared),
+            shared: description
+                .holders
+                .first()
+                .is_some_and(|holder| holder.shared),
             holders: description
                 .holders
                 .iter()

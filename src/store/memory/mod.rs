@@ -74,7 +74,7 @@ impl MemoryStore {
 
     /// A caller that was not granted: with an `entry`, it joins the queue (or keeps its place:
     /// its entry's, or for a caller that chose its lease id, its earlier wait's, until that wait
-    /// would have ended).
+    /// would have ended). Also answers whether the callers behind it moved.
     fn queue_up(
         &self,
         state: &mut State,
@@ -82,19 +82,21 @@ impl MemoryStore {
         entry: Option<&str>,
         occupancy: Occupancy,
         now: Instant,
-    ) -> AcquireOutcome {
+    ) -> (AcquireOutcome, bool) {
         let name = &request.name;
         let Some(entry) = entry else {
-            return AcquireOutcome::Busy {
+            let outcome = AcquireOutcome::Busy {
                 occupancy,
                 position: 0,
             };
+            return (outcome, false);
         };
         if let Some(rank) = state.rank(name, entry) {
-            return AcquireOutcome::Busy {
+            let outcome = AcquireOutcome::Busy {
                 occupancy,
                 position: rank as u32 + 1,
             };
+            return (outcome, false);
         }
         let own_id = request.lease_id.as_ref().map(|id| id.expose().to_owned());
         let earlier = own_id.as_ref().and_then(|id| {
@@ -106,9 +108,10 @@ impl MemoryStore {
             state.remove_entries(name, std::slice::from_ref(earlier_entry));
         }
         if state.in_line(name) >= self.max_waiters_per_name {
-            return AcquireOutcome::QueueFull {
+            let outcome = AcquireOutcome::QueueFull {
                 limit: self.max_waiters_per_name,
             };
+            return (outcome, false);
         }
         let (arrival, until) = match earlier {
             Some((arrival, _, until)) => (arrival, until),
@@ -125,10 +128,12 @@ impl MemoryStore {
             places.insert(id, place);
         }
         let position = state.rank(name, entry).map_or(0, |rank| rank as u32 + 1);
-        AcquireOutcome::Busy {
+        let moved = (position as usize) < state.in_line(name);
+        let outcome = AcquireOutcome::Busy {
             occupancy,
             position,
-        }
+        };
+        (outcome, moved)
     }
 }
 
@@ -150,6 +155,10 @@ async fn sweep_expired(store: Weak<MemoryStore>) {
         state.places.retain(|_, places| {
             places.retain(|_, place| place.until > now);
             !places.is_empty()
+        });
+        state.ended.retain(|_, ended| {
+            ended.retain(|_, until| *until > now);
+            !ended.is_empty()
         });
     }
 }
@@ -191,6 +200,9 @@ impl LeaseStore for MemoryStore {
             if let Some(current) = state.held_by(name, lease_id, now) {
                 // A retry of a grant that already happened: answer it again.
                 return Ok(AcquireOutcome::Granted(current.grant()));
+            }
+            if request.lease_id.is_some() && state.lease_id_ended(name, lease_id, now) {
+                return Ok(AcquireOutcome::LeaseIdEnded);
             }
             let occupancy = state.occupancy(name, now);
             if occupancy.held > 0 && occupancy.limit != request.limit {
@@ -242,7 +254,9 @@ impl LeaseStore for MemoryStore {
                 // Callers ahead take what is free: tell them again.
                 let due = occupancy.due.min(MAX_WAKE_UPS);
                 wake_ups.wake = state.first_in_line(name, due);
-                self.queue_up(&mut state, request, entry, occupancy, now)
+                let (outcome, moved) = self.queue_up(&mut state, request, entry, occupancy, now);
+                wake_ups.moved |= moved;
+                outcome
             }
         };
         wake_ups.send(&self.events, name);
@@ -296,17 +310,27 @@ impl LeaseStore for MemoryStore {
         let now = Instant::now();
         let wake_ups = {
             let mut state = self.state();
-            let Some(permits) = state.leases.get_mut(name.as_str()) else {
-                return Ok(false);
-            };
-            let Some(index) = permits
-                .taken
-                .iter()
-                .position(|lease| lease.lease_id == *lease_id && lease.is_held(now))
-            else {
+            let held = state.leases.get_mut(name.as_str()).and_then(|permits| {
+                let index = permits
+                    .taken
+                    .iter()
+                    .position(|lease| lease.lease_id == *lease_id && lease.is_held(now))?;
+                Some((permits, index))
+            });
+            let Some((permits, index)) = held else {
+                // Not held: perhaps not yet, by a caller that gave up while its grant was on its
+                // way. As the Redis store: a permit's id ends always, an exclusive grant's when
+                // its caller chose it.
+                state.end_lease_id(name, lease_id, now);
                 return Ok(false);
             };
             let released = permits.taken.swap_remove(index);
+            if released.own_id || permits.limit > 1 || permits.shared {
+                state.end_lease_id(name, lease_id, now);
+            }
+            let Some(permits) = state.leases.get_mut(name.as_str()) else {
+                unreachable!("the name's permits were just read under the same lock");
+            };
             let (limit, shared) = (permits.limit, permits.shared);
             let change = released.change(ChangeCause::Released, limit, shared, "");
             self.events.changed(name.as_str(), change);

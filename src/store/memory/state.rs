@@ -10,8 +10,8 @@ use tokio::time::Instant;
 
 use crate::{
     lease::{
-        ChangeCause, Description, Expiry, Grant, Holder, LeaseChange, LeaseId, LeaseName,
-        Occupancy, StoreEvents, ValidatedAcquire, is_shared_entry,
+        ChangeCause, Description, ENDED_LEASE_ID_KEPT, Expiry, Grant, Holder, LeaseChange, LeaseId,
+        LeaseName, MAX_ENDED_LEASE_IDS, Occupancy, StoreEvents, ValidatedAcquire, is_shared_entry,
     },
     store::unix_micros,
 };
@@ -39,6 +39,9 @@ pub(super) struct State {
     pub(super) places: HashMap<String, HashMap<String, Place>>,
     /// The arrival of the last entry queued, for all names.
     last_arrival: u64,
+    /// Lease ids released lately, by name, until when: an Acquire with one of them as the
+    /// caller's own lease id grants nothing ([`ENDED_LEASE_ID_KEPT`]).
+    pub(super) ended: HashMap<String, HashMap<String, Instant>>,
     /// The last fencing token issued, for all names: one counter keeps every name's tokens
     /// increasing, and flooring it at the clock keeps them increasing across a restart.
     last_token: u64,
@@ -93,6 +96,8 @@ pub(super) struct HeldLease {
     pub(super) expires_at: Instant,
     /// The same moment as `expires_at`, in Unix milliseconds, for replies.
     pub(super) expires_at_unix_ms: i64,
+    /// The caller chose its lease id: its release leaves the id ended.
+    pub(super) own_id: bool,
 }
 
 impl HeldLease {
@@ -198,7 +203,8 @@ pub(super) fn due_in_line(
     }
     let queue = queue.into_iter().flatten();
     let run = queue.take(SHARED_RUN_SCAN);
-    run.take_while(|queued| is_shared_entry(&queued.entry)).count() as u32
+    run.take_while(|queued| is_shared_entry(&queued.entry))
+        .count() as u32
 }
 
 /// The wall-clock Unix milliseconds `remaining_ms` from now.
@@ -243,6 +249,7 @@ impl State {
             lock_delay: request.lock_delay,
             expires_at: now + request.ttl,
             expires_at_unix_ms: unix_millis_after(request.ttl.as_millis() as i64),
+            own_id: request.lease_id.is_some(),
         };
         let grant = lease.grant();
         let change = lease.change(ChangeCause::Granted, request.limit, request.shared, "");
@@ -387,6 +394,32 @@ impl State {
         }
         let due = due_in_line(queue, held, limit, shared);
         self.first_in_line(name, due.min(MAX_WAKE_UPS))
+    }
+
+    /// Marks `lease_id` released lately on `name`, as the Redis store's `end_lease_id`.
+    pub(super) fn end_lease_id(&mut self, name: &LeaseName, lease_id: &LeaseId, now: Instant) {
+        let ended = self.ended.entry(name.as_str().to_owned()).or_default();
+        ended.retain(|_, until| *until > now);
+        ended.insert(lease_id.expose().to_owned(), now + ENDED_LEASE_ID_KEPT);
+        while ended.len() > MAX_ENDED_LEASE_IDS {
+            let soonest = ended.iter().min_by_key(|(_, until)| **until);
+            let Some(soonest) = soonest.map(|(id, _)| id.clone()) else {
+                break;
+            };
+            ended.remove(&soonest);
+        }
+    }
+
+    /// Whether `lease_id` was released lately on `name`.
+    pub(super) fn lease_id_ended(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+        now: Instant,
+    ) -> bool {
+        let ended = self.ended.get(name.as_str());
+        let until = ended.and_then(|ended| ended.get(lease_id.expose()));
+        until.is_some_and(|until| *until > now)
     }
 
     /// Forgets the place in line of `lease_id`'s wait for `name`: it was granted.

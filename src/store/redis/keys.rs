@@ -28,6 +28,8 @@ pub struct LeaseKeys {
     pub(super) revoked: String,
     /// The places in line of callers that chose their lease ids, for a retry of their wait.
     pub(super) places: String,
+    /// Lease ids released lately, which a late Acquire of theirs must not grant.
+    pub(super) ended: String,
 }
 
 impl LeaseKeys {
@@ -48,19 +50,30 @@ impl LeaseKeys {
             holders: key(":holders"),
             revoked: key(":revoked"),
             places: key(":places"),
+            ended: key(":ended"),
             lease,
         }
     }
 
-    /// The KEYS of acquire.lua: the queue scripts' and the places of callers' own lease ids.
+    /// The KEYS of acquire.lua: the queue scripts', the places of callers' own lease ids, and
+    /// the lease ids ended lately.
     pub(super) fn for_acquire(mut self) -> Vec<String> {
         let places = std::mem::take(&mut self.places);
+        let ended = std::mem::take(&mut self.ended);
         let mut keys = self.for_queue_scripts();
-        keys.push(places);
+        keys.extend([places, ended]);
         keys
     }
 
-    /// The KEYS of release.lua, leave.lua and purge.lua, and the first ones of acquire.lua and
+    /// The KEYS of release.lua: the queue scripts' and the lease ids ended lately.
+    pub(super) fn for_release(mut self) -> Vec<String> {
+        let ended = std::mem::take(&mut self.ended);
+        let mut keys = self.for_queue_scripts();
+        keys.push(ended);
+        keys
+    }
+
+    /// The KEYS of leave.lua and purge.lua, and the first ones of acquire.lua, release.lua and
     /// revoke.lua, in the order their headers list.
     pub(super) fn for_queue_scripts(self) -> Vec<String> {
         vec![

@@ -316,7 +316,7 @@ impl Master {
 
 /// Which keys of a lease name a `SCAN` batch held. A lease is listed through one key only, so
 /// that it is on one page even if both keys exist and land in different batches: an exclusive
-/// lease through its lease key, a counting lease through its permits.
+/// lease through its lease key, a counting lease or shared grants through its permits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct KeyKinds {
     lease: bool,
@@ -344,11 +344,14 @@ impl KeyKinds {
     }
 
     fn lists(&self, description: &Description) -> bool {
-        !description.holders.is_empty()
-            && match description.limit {
-                1 => self.lease,
-                _ => self.permits,
-            }
+        let Some(first) = description.holders.first() else {
+            return false;
+        };
+        // Shared grants are permits of limit 1.
+        match description.limit {
+            1 if !first.shared => self.lease,
+            _ => self.permits,
+        }
     }
 }
 

@@ -15,8 +15,8 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        AcquireOutcome, Description, LeaseGone, LeaseId, LeaseName, LeasePage, LeaseStore,
-        ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
+        AcquireOutcome, Description, ENDED_LEASE_ID_KEPT, LeaseGone, LeaseId, LeaseName, LeasePage,
+        LeaseStore, ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
     },
     metrics::metrics,
 };
@@ -103,8 +103,12 @@ impl LeaseStore for RedisStore {
             .run(
                 Script::Release,
                 name,
-                keys.for_queue_scripts(),
-                vec![lease_id_digest(lease_id), self.counter_keep_ms()],
+                keys.for_release(),
+                vec![
+                    lease_id_digest(lease_id),
+                    self.counter_keep_ms(),
+                    ENDED_LEASE_ID_KEPT.as_millis().to_string(),
+                ],
             )
             .await?;
         if reply.int(0)? == 0 {

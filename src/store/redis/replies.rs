@@ -107,6 +107,7 @@ impl Reply<'_> {
             4 => Ok(AcquireOutcome::TooManyShared {
                 limit: self.count(1)?,
             }),
+            5 => Ok(AcquireOutcome::LeaseIdEnded),
             _ => {
                 let mut occupancy = self.occupancy(2)?;
                 occupancy.due = self.count(2 + OCCUPANCY_FIELDS)?;

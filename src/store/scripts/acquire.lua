@@ -18,6 +18,8 @@
 --                                   retry of its wait (a new entry, perhaps of another replica)
 --                                   takes the same place until its first wait would have ended;
 --                                   expires with the queue
+-- KEYS[8]  <prefix>{name}:ended     sorted set: lease ids released lately (prelude.lua), checked
+--                                   for a lease id the caller chose
 -- ARGV[1]  lease id digest   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] keep_ms (the counter keep)
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] wait_ms (how long the caller may
 --          still wait: the queue lives at least that long)
@@ -34,6 +36,7 @@
 --          {2, max_waiters}                    the queue is full
 --          {3, limit}                          the holders were granted with this other limit
 --          {4, most}                           shared: `most` shared grants hold the name already
+--          {5}                                 the caller's own lease id was released lately
 --
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
@@ -89,6 +92,14 @@ if not occupied then
     occupied = permits_occupancy(permits, holders, now_ms)
   end
 end
+-- A lease id its caller chose and then released (it gave up) is granted nothing again: this
+-- attempt was on its way when the caller let go.
+if own_id then
+  local ended_until = redis.call('ZSCORE', KEYS[8], lease_id)
+  if ended_until and tonumber(ended_until) > now_ms then
+    return {5}
+  end
+end
 if occupied[1] > 0 and occupied[2] ~= limit then
   return {3, occupied[2]}
 end
@@ -118,7 +129,7 @@ if granting then
   if shared and occupied[1] >= tonumber(ARGV[11]) then
     return {4, tonumber(ARGV[11])}
   end
-  local last = redis.call('HMGET', owner_key, 't', 'd')
+  local last = redis.call('HMGET', owner_key, 't', 'd', 'o')
   -- While a counting lease or shared grants hold permits, their grants count in the holders hash.
   local counted = counting and redis.call('HGET', holders, 't')
   local token = next_token(math.max(tonumber(last[1]) or 0, tonumber(counted) or 0), now_us)
@@ -138,6 +149,11 @@ if granting then
     end
     redis.call('HSET', owner_key, 'i', lease_id, 'h', holder, 't', token_text,
       'l', ARGV[3], 'e', expiry)
+    if own_id then
+      redis.call('HSET', owner_key, 'o', '1')
+    elseif last[3] then
+      redis.call('HDEL', owner_key, 'o') -- an earlier grant's, which expired
+    end
     if delay_ms > 0 then
       redis.call('HSET', owner_key, 'd', ARGV[9])
     elseif last[2] then
@@ -214,6 +230,9 @@ if not rank then
   end
   redis.call('ZADD', queue, score, entry)
   rank = redis.call('ZRANK', queue, entry)
+  if rank + 1 < redis.call('ZCARD', queue) then
+    redis.call('SPUBLISH', channel, 'm') -- back at its earlier place: those behind moved
+  end
   if own_id then
     remember_place(places, queue, lease_id, score, until_ms, entry, now_ms, tonumber(ARGV[7]))
   end

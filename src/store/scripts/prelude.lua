@@ -150,6 +150,22 @@ local function remember_place(places, queue, lease_id, score, until_ms, entry, n
   end
 end
 
+-- At most this many ended lease ids are kept per name (the soonest to lapse go first).
+local MAX_ENDED_IDS = 1000
+
+-- A lease id was released, so that an Acquire of it still on its way (a retry, a wait's attempt,
+-- a command held up by a stall) grants nothing: <prefix>{name}:ended, a sorted set of lease id
+-- digest -> until (Unix ms), checked only for the lease ids callers choose.
+local function end_lease_id(ended, lease_id, now_ms, keep_ms)
+  redis.call('ZREMRANGEBYSCORE', ended, '-inf', now_ms)
+  redis.call('ZADD', ended, now_ms + keep_ms, lease_id)
+  local excess = redis.call('ZCARD', ended) - MAX_ENDED_IDS
+  if excess > 0 then
+    redis.call('ZREMRANGEBYRANK', ended, 0, excess - 1)
+  end
+  redis.call('PEXPIRE', ended, keep_ms)
+end
+
 -- Where a free or held lease stands, as the scripts reply: {held, holder, token, remaining_ms,
 -- expires_at_ms, lock_delay_ms}; remaining_ms (which counts the lock-delay) and expires_at_ms -1
 -- for a key without expiry. `current` is the lease key's value; holder, token and delay come from
@@ -187,7 +203,8 @@ local function lease_holder(lease, owner_key, now_ms)
 end
 
 -- The fields of an exclusive grant in the owner hash; 't' stays, as the name's counter.
-local GRANT_FIELDS = {'i', 'h', 'l', 'e', 'd'}
+-- 'o' marks a grant whose lease id the caller chose (its release leaves the id ended).
+local GRANT_FIELDS = {'i', 'h', 'l', 'e', 'd', 'o'}
 
 -- Ends an exclusive lease: its key, and its grant's fields in the owner hash, which keeps the
 -- counter for keep_ms.

@@ -10,12 +10,15 @@
 --                                   while anyone subscribes)
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit
+-- KEYS[7]  <prefix>{name}:ended     sorted set: lease ids released lately (prelude.lua)
 -- ARGV[1]  lease id digest   ARGV[2] keep_ms (the counter keep)
+-- ARGV[3]  ended_ms: how long a released lease id stays ended (end_lease_id() of prelude.lua)
 -- Reply    {1, woken...}  released; woken: the entries a grant now goes to (none if nobody waits)
 --          {0}         not the holder (already released, expired, revoked, or taken over)
-local lease, owner_key, queue, channel, permits, holders =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lease, owner_key, queue, channel, permits, holders, ended_ids =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now_ms = redis_now()
+local ended_ms = tonumber(ARGV[3])
 
 -- Counting lease: permits free once this one is (the callers at those places in line may take
 -- one). Read-write lease: {taken, shared} once this grant has ended.
@@ -24,16 +27,23 @@ local free, left
 local ended
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'i', 'e', 't', 'h')
+  local owner = redis.call('HMGET', owner_key, 'i', 'e', 't', 'h', 'o')
   -- A lease in its lock-delay has expired: releasing it is too late to end the delay.
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
+    -- Not held: perhaps not yet, by a caller that gave up while its grant was on its way.
+    end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
     return {0}
+  end
+  if owner[5] then
+    end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
   end
   end_exclusive(lease, owner_key, tonumber(ARGV[2]))
   left = {0, false}
   ended = {tonumber(owner[3]) or 0, tonumber(current), owner[4] or ''}
 else
   local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
+  -- A permit's release always ends its id: permits do not record who chose theirs.
+  end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
   if not permit or permit.exp <= now_ms then
     return {0}
   end

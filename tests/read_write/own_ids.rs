@@ -1,0 +1,104 @@
+//! The caller's own lease id: a retried Acquire is answered the same grant, a retried wait keeps
+//! its place in line, and a bad id is refused without being echoed.
+
+use leased::proto::AcquireRequest;
+use tonic::Code;
+
+use super::*;
+
+/// An Acquire of `name` with the caller's own lease id.
+fn with_id(name: &str, holder: &str, lease_id: &str, wait_ms: i64) -> AcquireRequest {
+    AcquireRequest {
+        lease_id: lease_id.into(),
+        ..request(name, holder, false, wait_ms)
+    }
+}
+
+pub async fn a_retry_with_the_same_id_is_answered_the_same_grant(replicas: &Replicas) {
+    for shared in [false, true] {
+        let name = format!("own/retry-{shared}");
+        let id = own_id();
+        let mut first = replicas.client(0).await;
+        let mut second = replicas.client(1).await;
+        let grant = must_acquire_request(
+            &mut first,
+            AcquireRequest {
+                shared,
+                ..with_id(&name, "holder", &id, 0)
+            },
+        )
+        .await;
+        assert_eq!(grant.lease_id, id);
+        // The retry, through the other replica when there are two, waiting or not.
+        for wait_ms in [0, 5_000] {
+            let again = must_acquire_request(
+                &mut second,
+                AcquireRequest {
+                    shared,
+                    ..with_id(&name, "holder", &id, wait_ms)
+                },
+            )
+            .await;
+            assert_eq!(again, grant, "shared {shared}, wait {wait_ms}");
+        }
+        assert_eq!(describe(&mut first, &name).await.holders.len(), 1);
+        assert!(release_id(&mut second, &name, &id).await);
+        assert!(!describe(&mut first, &name).await.held);
+    }
+}
+
+/// A waiter whose call broke off retries with its own id: it is back at its place (on the
+/// other replica, when there are two), ahead of the caller who queued after it, and it is the
+/// one granted at the release.
+pub async fn a_retried_wait_keeps_its_place_in_line(replicas: &Replicas) {
+    let name = "own/place";
+    let mut holder = replicas.client(0).await;
+    let held = take(&mut holder, name, "holder", false).await;
+    let id = own_id();
+    let mut first = replicas.client(1).await;
+    let (first_stream, position) =
+        start_waiting_request(&mut first, with_id(name, "first", &id, 60_000)).await;
+    assert_eq!(position.position, 1);
+    let mut second = replicas.client(2).await;
+    let (mut second_stream, position) = wait_in_line(&mut second, name, "second", false).await;
+    assert_eq!(position, 2);
+
+    // The first caller's call ends (as when its connection breaks); its replica takes its
+    // entry out, and the second caller moves up.
+    drop(first_stream);
+    wait_for_position(&mut second_stream, 1, SOON).await;
+
+    let mut retry = replicas.client(3).await;
+    let (mut retry_stream, position) =
+        start_waiting_request(&mut retry, with_id(name, "first", &id, 60_000)).await;
+    assert_eq!(position.position, 1, "the retry lost its place");
+    wait_for_position(&mut second_stream, 2, SOON).await;
+
+    assert!(release(&mut holder, &held).await);
+    let granted = granted_within(&mut retry_stream, "the retry").await;
+    assert_eq!(granted.lease_id, id);
+    still_waiting_for(&mut second_stream, A_WHILE).await;
+    assert!(release_id(&mut retry, name, &id).await);
+    granted_within(&mut second_stream, "second").await;
+}
+
+pub async fn a_bad_own_lease_id_is_invalid_argument_naming_lease_id(replicas: &Replicas) {
+    let mut client = replicas.client(0).await;
+    let secret = "s3cret".repeat(5);
+    for bad in [
+        "short".to_owned(),
+        "x".repeat(129),
+        format!("{secret}!"),
+        format!("{secret} space"),
+        format!("{secret}é"),
+    ] {
+        let status = acquire_refusal(&mut client, with_id("own/bad", "holder", &bad, 0)).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}");
+        assert!(status.message().contains("lease_id"), "{status:?}");
+        assert!(!status.message().contains(&secret), "echoed: {status:?}");
+    }
+    // 22 characters of the alphabet is the shortest accepted.
+    let shortest = "A-z_9".repeat(5)[..22].to_owned();
+    let grant = must_acquire_request(&mut client, with_id("own/bad", "holder", &shortest, 0)).await;
+    assert_eq!(grant.lease_id, shortest);
+}
