@@ -124,6 +124,77 @@ async fn counting_leases_work_on_a_redis_cluster() {
     }
 }
 
+/// Read-write leases and own lease ids on a cluster, for names on every master: readers hold
+/// together, a writer waiting behind them holds back a later reader and is granted at the last
+/// reader's release (woken across replicas), the later reader follows at the writer's release;
+/// an own lease id's retry through the other replica is answered the same grant, and its
+/// release ends the id (a late Acquire of it grants nothing). Every key a script touches shares
+/// the name's slot (a cross-slot script would fail with CROSSSLOT).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_leases_and_own_ids_work_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let replica_a = Leased::start(Some(cluster.url())).await;
+    let replica_b = Leased::start(Some(cluster.url())).await;
+    let mut client_a = replica_a.client().await;
+    let mut client_b = replica_b.client().await;
+    let request = |name: &str, holder: &str, shared: bool, wait_ms: i64| AcquireRequest {
+        name: name.into(),
+        holder: holder.into(),
+        ttl_ms: 30_000,
+        wait_ms,
+        shared,
+        ..AcquireRequest::default()
+    };
+    for (_, name) in one_name_per_master(&cluster.ports()) {
+        let first = must_acquire_request(&mut client_a, request(&name, "r1", true, 0)).await;
+        let second = must_acquire_request(&mut client_b, request(&name, "r2", true, 0)).await;
+        let (mut writer, waiting) =
+            start_waiting_request(&mut client_b, request(&name, "w", false, 20_000)).await;
+        assert_eq!((waiting.position, waiting.held), (1, 2));
+        let (mut later, waiting) =
+            start_waiting_request(&mut client_a, request(&name, "r3", true, 20_000)).await;
+        assert_eq!(waiting.position, 2);
+        let described = describe(&mut client_a, &name).await;
+        assert!(described.holders.iter().all(|holder| holder.shared));
+        assert!(release(&mut client_a, &first).await);
+        assert!(release(&mut client_b, &second).await);
+        let written = match next_result(&mut writer).await {
+            acquire_response::Result::Granted(granted) => granted,
+            other => panic!("{name}: expected the writer granted, got {other:?}"),
+        };
+        assert!(written.fencing_token > second.fencing_token);
+        assert!(release(&mut client_b, &written).await);
+        loop {
+            match next_result(&mut later).await {
+                acquire_response::Result::Waiting(_) => continue,
+                acquire_response::Result::Granted(granted) => {
+                    assert!(granted.fencing_token > written.fencing_token);
+                    assert!(release(&mut client_a, &granted).await);
+                    break;
+                }
+                other => panic!("{name}: expected the later reader granted, got {other:?}"),
+            }
+        }
+
+        // The same name (on the same master), free again, with the caller's own lease id.
+        let own = name.clone();
+        let id = format!("own-lease-id-{}", own.replace('/', "-"));
+        let with_id = |wait_ms| AcquireRequest {
+            lease_id: id.clone(),
+            ..request(&own, "own", false, wait_ms)
+        };
+        let grant = must_acquire_request(&mut client_a, with_id(0)).await;
+        assert_eq!(
+            must_acquire_request(&mut client_b, with_id(5_000)).await,
+            grant
+        );
+        assert!(release(&mut client_b, &grant).await);
+        let status = acquire_refusal(&mut client_a, with_id(0)).await;
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+        assert!(!describe(&mut client_a, &own).await.held);
+    }
+}
+
 /// For each master, a lease name whose slot it serves: `(the master's port, name)`. Slots come
 /// from `CLUSTER KEYSLOT` of the name's lease key and `CLUSTER SLOTS`.
 fn one_name_per_master(ports: &[u16]) -> Vec<(u16, String)> {

@@ -4,7 +4,7 @@ use super::*;
 use crate::error::Error;
 use crate::{
     lease::{
-        AcquireOutcome, Grant, Limits,
+        AcquireOutcome, ENDED_LEASE_ID_KEPT, Grant, Limits,
         limits::{AcquireFields, parse_list_prefix},
         waiting::{AcquireEvent, acquire},
     },
@@ -320,4 +320,119 @@ async fn describe_shows_the_lock_delay() {
         .expiry
         .unwrap();
     assert_eq!(expiry.held_ms(), 0);
+}
+
+/// A shared or exclusive request of `NAME` for the caller's own lease id (`None`: the server's).
+fn mode_request(shared: bool, lease_id: Option<&str>, wait_ms: i64) -> ValidatedAcquire {
+    Limits::default()
+        .validate_acquire(AcquireFields {
+            name: NAME,
+            holder: "holder".into(),
+            ttl_ms: 10_000,
+            wait_ms,
+            shared,
+            lease_id: lease_id.unwrap_or_default(),
+            ..AcquireFields::default()
+        })
+        .unwrap()
+}
+
+/// The run of shared entries at the head of the queue is due together once the writer ahead of
+/// them releases; the writer behind them is not, and holds back the reader behind it.
+#[tokio::test(start_paused = true)]
+async fn the_run_of_shared_callers_at_the_head_is_due_together() {
+    let store = test_replica(16);
+    let (writer_id, _) = take(&store, &mode_request(false, None, 0)).await;
+    let entries = ["r:1s", "r:2s", "r:3s", "r:4", "r:5s"];
+    for (index, entry) in entries.iter().enumerate() {
+        let shared = entry.ends_with('s');
+        let outcome = store
+            .try_acquire(
+                &mode_request(shared, None, 60_000),
+                &LeaseId::generate(),
+                Some(entry),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, AcquireOutcome::Busy { position, .. } if position as usize == index + 1),
+            "{entry}: {outcome:?}"
+        );
+    }
+    let status = store.queue_status(&name(), &[]).await.unwrap();
+    assert_eq!((status.occupancy.due, status.due.len()), (0, 0));
+
+    assert!(store.release(&name(), &writer_id).await.unwrap());
+    let status = store.queue_status(&name(), &[]).await.unwrap();
+    assert_eq!(status.occupancy.due, 3);
+    assert_eq!(status.due, ["r:1s", "r:2s", "r:3s"]);
+    // The reader behind the waiting writer is not granted, though only readers will hold it.
+    for entry in ["r:1s", "r:2s", "r:3s"] {
+        let outcome = store
+            .try_acquire(
+                &mode_request(true, None, 60_000),
+                &LeaseId::generate(),
+                Some(entry),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(outcome, AcquireOutcome::Granted(_)), "{outcome:?}");
+    }
+    let outcome = store
+        .try_acquire(
+            &mode_request(true, None, 60_000),
+            &LeaseId::generate(),
+            Some("r:5s"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Busy { position: 2, ref occupancy } if occupancy.due == 0 && occupancy.held == 3),
+        "{outcome:?}"
+    );
+}
+
+/// A wait retried with the caller's own lease id (a new entry) takes its earlier place, ahead of
+/// the caller who queued after it; once granted and released, the id grants nothing again.
+#[tokio::test(start_paused = true)]
+async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
+    let store = test_replica(16);
+    let (holder_id, _) = take(&store, &mode_request(false, None, 0)).await;
+    let own = "own-lease-id-for-a-test-0001";
+    let id = crate::lease::limits::parse_own_lease_id(own).unwrap();
+    let waiting = mode_request(false, Some(own), 60_000);
+    let outcome = store.try_acquire(&waiting, &id, Some("r:1")).await.unwrap();
+    assert!(matches!(outcome, AcquireOutcome::Busy { position: 1, .. }));
+    let other = mode_request(false, None, 60_000);
+    store
+        .try_acquire(&other, &LeaseId::generate(), Some("r:2"))
+        .await
+        .unwrap();
+    // The first call left; its retry comes later with a new entry.
+    store.leave(&name(), &["r:1".to_owned()]).await.unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Busy { position: 1, .. }),
+        "{outcome:?}"
+    );
+
+    assert!(store.release(&name(), &holder_id).await.unwrap());
+    let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
+    let AcquireOutcome::Granted(grant) = outcome else {
+        panic!("expected the retry granted, got {outcome:?}");
+    };
+    // Idempotent: asked again, the same grant.
+    let again = store.try_acquire(&waiting, &id, None).await.unwrap();
+    assert_eq!(again, AcquireOutcome::Granted(grant));
+    assert!(store.release(&name(), &id).await.unwrap());
+    let late = store.try_acquire(&waiting, &id, None).await.unwrap();
+    assert_eq!(late, AcquireOutcome::LeaseIdEnded);
+    // A minute later the id may be used again.
+    tokio::time::advance(ENDED_LEASE_ID_KEPT).await;
+    let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
+    assert!(
+        matches!(outcome, AcquireOutcome::Busy { position: 1, .. }),
+        "{outcome:?}"
+    );
 }
