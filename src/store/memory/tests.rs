@@ -428,11 +428,11 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
     assert!(store.release(&name(), &id).await.unwrap());
     let late = store.try_acquire(&waiting, &id, None).await.unwrap();
     assert_eq!(late, AcquireOutcome::LeaseIdEnded);
-    // A minute later the id may be used again.
+    // A minute later the id may be used again: a new wait, behind the caller still waiting.
     tokio::time::advance(ENDED_LEASE_ID_KEPT).await;
-    let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
+    let outcome = store.try_acquire(&waiting, &id, Some("r:4")).await.unwrap();
     assert!(
-        matches!(outcome, AcquireOutcome::Busy { position: 1, .. }),
+        matches!(outcome, AcquireOutcome::Busy { position: 2, .. }),
         "{outcome:?}"
     );
 }
