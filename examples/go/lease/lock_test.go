@@ -44,7 +44,7 @@ func TestReentrantLockNestsWithoutACallAndOnlyTheOutermostUnlockReleases(t *test
 		if nested != outer || busy != nil || err != nil || lock.Depth() != level {
 			t.Fatalf("nested Lock = %v, %v, %v at depth %d; want the same *Lease at depth %d", nested, busy, err, lock.Depth(), level)
 		}
-		if took > 10*time.Millisecond {
+		if took > 50*time.Millisecond { // the Acquire count below is the proof; this is "at once" on a loaded machine
 			t.Errorf("nested Lock took %s: not at once", took)
 		}
 	}
