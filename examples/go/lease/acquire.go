@@ -2,44 +2,70 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	leasev1 "leased/examples/go/gen/leasev1"
 )
 
-// GiveUpGrace is how long the client keeps reading an Acquire stream after the caller gave up
-// the wait (its context was cancelled or passed its deadline). The server may have sent a grant
-// just before the cancellation reached it; the client releases such a grant at once instead of
-// leaving it held, by nobody, until its TTL. The caller does not wait for the grace.
-const GiveUpGrace = time.Second
+// acquireRetries is how many times an Acquire that ended UNAVAILABLE, or whose stream ended
+// without an answer, is sent again with the same lease id. The first retry waits
+// retryBackoff, each next one twice as long.
+const (
+	acquireRetries = 3
+	retryBackoff   = 100 * time.Millisecond
+)
 
-// giveUpGrace is GiveUpGrace, except in tests that measure what happens without it. Zero cancels
-// the call at once and ignores whatever arrives, as a naive client would.
-var giveUpGrace = GiveUpGrace
-
-// acquireSlack is added to the Acquire call's gRPC deadline beyond the wait and the grace. That
-// deadline is only a backstop against a server that never answers: the caller ends a wait with
-// its context, through the give-up path, because a gRPC deadline cancels the call at the
-// transport and loses a grant in flight.
+// acquireSlack is added to each Acquire call's gRPC deadline beyond the wait left. That deadline
+// is only a backstop against a server that never answers: the caller ends a wait with its
+// context, through the give-up path, because a gRPC deadline cancels the call at the transport
+// without the Release that must follow.
 const acquireSlack = 5 * time.Second
 
-// releaseTimeout bounds the releases the client makes on its own (Close, abandoned grants).
+// releaseTimeout bounds the releases the client makes on its own (Close, Unlock).
 const releaseTimeout = 5 * time.Second
+
+// giveUpReleaseTimeout bounds the Release after a give-up, which the caller waits for: short,
+// since the caller is leaving; if it fails, a grant made meanwhile stays held until its TTL.
+const giveUpReleaseTimeout = 2 * time.Second
+
+// releaseOnGiveUp is true except in the test that measures what a give-up leaves held without
+// the Release (the control of TestGiveUpRacingAReleaseLeavesNothingHeld).
+var releaseOnGiveUp = true
+
+// errNoAnswer is an Acquire stream that ended (with OK) before its terminal message.
+var errNoAnswer = errors.New("lease: Acquire stream ended without granted or not_granted")
 
 // Acquire asks for the lease name, waiting up to opts.Wait if it is busy. It returns either a
 // *Lease, kept alive in the background until released or lost, or a *NotGranted describing the
 // holder if the lease stayed busy; contention is not an error.
 //
+// Each acquisition sends its own lease id (128 random bits from the OS), which makes it safe to
+// retry and to give up: an Acquire that ended UNAVAILABLE, or whose stream ended without an
+// answer (a connection reset), is sent again with the same id, up to 3 times at 100, 200 and
+// 400 ms, with the wait that is left (a retry after the wait is spent tries once: it still picks
+// up a grant that an earlier try got). The server answers a retry of a grant it made with that
+// grant, and keeps a retried waiter's place in the queue.
+//
 // Errors are gRPC status errors as the server sent them (codes.InvalidArgument names the bad
-// field; codes.FailedPrecondition for a Limit other than the one in force; codes.Unavailable),
-// or ctx.Err() when ctx ends first: the caller gives up the wait and Acquire returns at once.
-// A grant that arrives after that, within GiveUpGrace, is released in the background (see
-// Options.OnAbandonedGrant).
+// field; codes.FailedPrecondition for a Limit other than the one in force; codes.Unavailable
+// once the retries are spent), or ctx.Err() when ctx ends first: the caller gives up the wait.
+// A give-up, or an error, cancels the call and then releases the acquisition's id, so that a
+// grant that raced it is not left held; Acquire returns once that Release answered (at most 2 s,
+// and its failure is not an error of Acquire: see Options.OnGiveUp).
 func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lease, *NotGranted, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	leaseID, err := newLeaseID()
+	if err != nil {
 		return nil, nil, err
 	}
 	holder := opts.Holder
@@ -53,70 +79,100 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lease
 		WaitMs:      millis(opts.Wait),
 		Limit:       opts.Limit,
 		LockDelayMs: millis(opts.LockDelay),
+		Shared:      opts.Shared,
+		LeaseId:     leaseID,
 	}
-	// The call is not bound to ctx: see acquireSlack.
+	// The calls are not bound to ctx: see acquireSlack.
 	base := detached{ctx}
-	callCtx, cancelCall := context.WithTimeout(base, opts.Wait+GiveUpGrace+acquireSlack)
-	// The server grants no earlier than now, so the lease lasts at least a TTL from here.
+	// The server grants no earlier than the first request, and answers a retry with the grant
+	// that an earlier try may have got (same expiry): the lease lasts at least a TTL from here.
 	requestedAt := time.Now()
-	stream, err := c.rpc.Acquire(callCtx, request, callOptions...)
-	if err != nil {
-		cancelCall()
-		return nil, nil, err
-	}
-	call := &acquireCall{
-		client:      c,
-		base:        base,
-		stream:      stream,
-		cancel:      cancelCall,
-		grace:       giveUpGrace,
-		messages:    make(chan acquireMessage),
-		gaveUp:      make(chan struct{}),
-		onAbandoned: opts.OnAbandonedGrant,
-	}
-	go call.read()
-	for {
-		select {
-		case <-ctx.Done():
-			call.giveUp()
-			return nil, nil, ctx.Err()
-		case message := <-call.messages:
-			if message.err != nil {
-				return nil, nil, message.err
+	waitEnds := requestedAt.Add(opts.Wait)
+	for retry := 0; ; retry++ {
+		if retry > 0 {
+			request.WaitMs = 0
+			if left := time.Until(waitEnds); left > 0 {
+				request.WaitMs = millis(left)
 			}
-			switch result := message.response.Result.(type) {
-			case *leasev1.AcquireResponse_Waiting:
-				if opts.OnWaiting != nil {
-					opts.OnWaiting(waitingFrom(result.Waiting))
-				}
-			case *leasev1.AcquireResponse_NotGranted:
-				return nil, notGrantedFrom(result.NotGranted), nil
-			case *leasev1.AcquireResponse_Granted:
-				if err := ctx.Err(); err != nil {
-					// ctx ended while OnWaiting ran: the caller gave up, so the grant is not theirs.
-					go call.releaseAbandoned(result.Granted)
-					return nil, nil, err
-				}
-				return c.guard(ctx, base, result.Granted, requestedAt)
-			default:
-				return nil, nil, errors.New("lease: Acquire sent an empty message")
+		}
+		call, err := c.startAcquire(base, request)
+		if err != nil {
+			if retryable(err) && retry < acquireRetries && pause(ctx, retryBackoff<<retry) {
+				continue
 			}
+			return nil, nil, c.giveUp(ctx, base, request, opts.OnGiveUp, err)
+		}
+		granted, busy, err := call.answer(ctx, opts.OnWaiting)
+		switch {
+		case granted != nil:
+			return c.guard(ctx, base, granted, opts.Shared, requestedAt)
+		case busy != nil:
+			return nil, busy, nil
+		case ctx.Err() != nil:
+			return nil, nil, c.giveUp(ctx, base, request, opts.OnGiveUp, ctx.Err())
+		case retryable(err) && retry < acquireRetries && pause(ctx, retryBackoff<<retry):
+			continue
+		default:
+			return nil, nil, c.giveUp(ctx, base, request, opts.OnGiveUp, err)
 		}
 	}
 }
 
-// acquireCall is one Acquire stream. A goroutine reads it and hands each message to the caller
-// over an unbuffered channel, so that a message is either taken by the caller or, once the
-// caller gave up, handled by the reader: a grant is never dropped between the two.
+// newLeaseID is a new acquisition's own lease id: 128 bits from the OS's CSPRNG, as 32
+// lowercase hex digits. It is the holder's secret; a retry reuses it, nothing else does.
+func newLeaseID() (string, error) {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return "", fmt.Errorf("lease: no random lease id: %w", err)
+	}
+	return hex.EncodeToString(id[:]), nil
+}
+
+// retryable is an Acquire that may have been cut off rather than refused: the server, or the
+// way to it, went away. Any other error is the server's answer, and would be again.
+func retryable(err error) bool {
+	return errors.Is(err, errNoAnswer) || status.Code(err) == codes.Unavailable
+}
+
+// pause waits d before a retry; false if ctx ended first (the caller gave up).
+func pause(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// giveUp ends an acquisition that will not hand a lease over (the caller gave up, or an error):
+// its call is already cancelled, so Release(name, id) now ends a grant that raced the give-up,
+// whichever way the race went. The release is best effort: it is reported to onGiveUp, never
+// returned. It returns err, the reason for giving up.
+func (c *Client) giveUp(ctx, base context.Context, request *leasev1.AcquireRequest, onGiveUp func(GiveUp), err error) error {
+	if ctx.Err() != nil {
+		err = ctx.Err() // the caller's reason, whatever the call answered meanwhile
+	}
+	if !releaseOnGiveUp {
+		return err
+	}
+	releaseCtx, cancel := context.WithTimeout(base, giveUpReleaseTimeout)
+	released, releaseErr := c.Release(releaseCtx, request.Name, request.LeaseId)
+	cancel()
+	if onGiveUp != nil {
+		onGiveUp(GiveUp{Name: request.Name, Cause: err, Released: released, Err: releaseErr})
+	}
+	return err
+}
+
+// acquireCall is one Acquire stream. A goroutine reads it and hands each message to the caller,
+// until the terminal message or the end of the stream.
 type acquireCall struct {
-	client      *Client
-	base        context.Context // the caller's values, without its cancellation
-	stream      leasev1.LeaseService_AcquireClient
-	cancel      context.CancelFunc // ends the call
-	grace       time.Duration
-	messages    chan acquireMessage
-	gaveUp      chan struct{} // closed when the caller gives up
-	onAbandoned func(AbandonedGrant)
+	stream   leasev1.LeaseService_AcquireClient
+	cancel   context.CancelFunc // ends the call
+	messages chan acquireMessage
+	done     chan struct{} // closed when the reader has returned, after the stream ended
 }
 
 type acquireMessage struct {
@@ -124,68 +180,90 @@ type acquireMessage struct {
 	err      error
 }
 
-// read hands the stream's messages to the caller until the terminal one, then reads the stream
-// to its end, so that the call finishes with OK rather than a cancellation.
+func (c *Client) startAcquire(base context.Context, request *leasev1.AcquireRequest) (*acquireCall, error) {
+	wait := time.Duration(request.WaitMs) * time.Millisecond
+	callCtx, cancel := context.WithTimeout(base, wait+acquireSlack)
+	stream, err := c.rpc.Acquire(callCtx, request, callOptions...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	call := &acquireCall{
+		stream:   stream,
+		cancel:   cancel,
+		messages: make(chan acquireMessage),
+		done:     make(chan struct{}),
+	}
+	go call.read()
+	return call, nil
+}
+
+// answer waits for the call's terminal message: a grant, a *NotGranted, or an error (ctx.Err()
+// when the caller gave up; the call is then cancelled, and has ended).
+func (a *acquireCall) answer(ctx context.Context, onWaiting func(Waiting)) (*leasev1.Granted, *NotGranted, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			a.end()
+			return nil, nil, ctx.Err()
+		case message := <-a.messages:
+			if message.err != nil {
+				return nil, nil, message.err
+			}
+			switch result := message.response.Result.(type) {
+			case *leasev1.AcquireResponse_Waiting:
+				if onWaiting != nil {
+					onWaiting(waitingFrom(result.Waiting))
+				}
+			case *leasev1.AcquireResponse_NotGranted:
+				return nil, notGrantedFrom(result.NotGranted), nil
+			case *leasev1.AcquireResponse_Granted:
+				if err := ctx.Err(); err != nil {
+					// ctx ended while OnWaiting ran: the caller gave up, so the grant is not theirs.
+					a.end()
+					return nil, nil, err
+				}
+				return result.Granted, nil, nil
+			default:
+				a.end()
+				return nil, nil, errors.New("lease: Acquire sent an empty message")
+			}
+		}
+	}
+}
+
+// end cancels the call and returns once the stream has ended: grpc-go has then queued the
+// cancellation (RST_STREAM) on the connection, so a Release sent next reaches the server after
+// it. Messages that arrive meanwhile are dropped: the give-up's Release covers a grant among them.
+func (a *acquireCall) end() {
+	a.cancel()
+	for {
+		select {
+		case <-a.messages:
+		case <-a.done:
+			return
+		}
+	}
+}
+
+// read hands the stream's messages to the caller until the terminal one or an error, then reads
+// the stream to its end, so that the call finishes with OK rather than a cancellation.
 func (a *acquireCall) read() {
+	defer close(a.done)
 	defer a.cancel()
 	for {
 		response, err := a.stream.Recv()
 		if err == io.EOF {
-			err = errors.New("lease: Acquire stream ended without granted or not_granted")
+			err = errNoAnswer
 		}
-		select {
-		case a.messages <- acquireMessage{response, err}:
-			if err != nil {
-				return
-			}
-			if response.GetWaiting() == nil {
-				a.drain()
-				return
-			}
-		case <-a.gaveUp:
-			a.readAfterGiveUp(response, err)
-			return
-		}
-	}
-}
-
-// giveUp tells the reader that the caller will take no more messages, and ends the call after
-// the grace (at once without one).
-func (a *acquireCall) giveUp() {
-	close(a.gaveUp)
-	if a.grace <= 0 {
-		a.cancel()
-		return
-	}
-	time.AfterFunc(a.grace, a.cancel)
-}
-
-// readAfterGiveUp goes on reading, starting with a message the caller did not take, until the
-// terminal message, the end of the stream or the end of the grace (which cancels the call and
-// so ends Recv), and releases a grant that arrives meanwhile.
-func (a *acquireCall) readAfterGiveUp(response *leasev1.AcquireResponse, err error) {
-	if a.grace <= 0 {
-		return // the tests' naive client: whatever arrives is ignored
-	}
-	for err == nil {
-		if granted := response.GetGranted(); granted != nil {
-			a.releaseAbandoned(granted)
+		a.messages <- acquireMessage{response, err}
+		if err != nil {
 			return
 		}
 		if response.GetWaiting() == nil {
-			return // not granted: nothing to release
+			a.drain()
+			return
 		}
-		response, err = a.stream.Recv()
-	}
-}
-
-// releaseAbandoned releases a grant the caller gave up before it arrived.
-func (a *acquireCall) releaseAbandoned(granted *leasev1.Granted) {
-	ctx, cancel := context.WithTimeout(a.base, releaseTimeout)
-	defer cancel()
-	_, err := a.client.Release(ctx, granted.Name, granted.LeaseId)
-	if a.onAbandoned != nil {
-		a.onAbandoned(AbandonedGrant{Name: granted.Name, FencingToken: granted.FencingToken, Err: err})
 	}
 }
 
@@ -198,7 +276,7 @@ func (a *acquireCall) drain() {
 }
 
 // guard starts the keepalive of a fresh grant and hands the lease over.
-func (c *Client) guard(ctx, base context.Context, granted *leasev1.Granted, requestedAt time.Time) (*Lease, *NotGranted, error) {
+func (c *Client) guard(ctx, base context.Context, granted *leasev1.Granted, shared bool, requestedAt time.Time) (*Lease, *NotGranted, error) {
 	ttl := time.Duration(granted.TtlMs) * time.Millisecond
 	keepaliveCtx, stop := context.WithCancel(base)
 	renewals := &renewer{
@@ -236,7 +314,7 @@ func (c *Client) guard(ctx, base context.Context, granted *leasev1.Granted, requ
 			return nil, nil, err
 		}
 	}
-	return startLease(c, base, granted, ttl, trustFrom, renewals, stop), nil, nil
+	return startLease(c, base, granted, shared, ttl, trustFrom, renewals, stop), nil, nil
 }
 
 // notGrantedNow describes name as Acquire's NotGranted would: the permit that frees soonest.

@@ -33,23 +33,27 @@ type Options struct {
 	// keepalive renews it every TTL/3.
 	TTL time.Duration
 	// Wait is how long the server may wait for a busy lease; zero tries once. To give up sooner,
-	// cancel the context passed to Acquire.
+	// cancel the context passed to Acquire. Retries after a dropped call wait only what is left.
 	Wait time.Duration
 	// Holder tells others who holds the lease (Describe, NotGranted); DefaultHolder() if empty.
 	Holder string
 	// Limit N > 1 asks for one of N permits of a counting lease (a semaphore); 0 or 1 is an
 	// exclusive lease. Every holder of a name must ask for the same limit.
 	Limit uint32
+	// Shared asks for a shared (read) grant: shared grants of a name coexist, an exclusive one
+	// (the default) excludes every other. Only with Limit 0 or 1 (codes.InvalidArgument
+	// otherwise). RWLock sets it for RLock.
+	Shared bool
 	// LockDelay keeps the lease from the next holder for this long after it expires (not after
 	// a release): time for a holder that was cut off to notice. At most 60 s.
 	LockDelay time.Duration
 	// OnWaiting, if set, is called with each `waiting` message while the server waits for the
 	// lease, on the goroutine that called Acquire.
 	OnWaiting func(Waiting)
-	// OnAbandonedGrant, if set, is called (on another goroutine) when a grant arrived after the
-	// caller gave up the wait and the client released it: how often the give-up path saved a
-	// lease from staying held until its TTL.
-	OnAbandonedGrant func(AbandonedGrant)
+	// OnGiveUp, if set, is called when Acquire gave up (ctx ended, or an error) and released the
+	// acquisition's lease id, on the goroutine that called Acquire, before Acquire returns: how
+	// often a give-up ended a grant that raced it, and whether a release failed.
+	OnGiveUp func(GiveUp)
 }
 
 // Waiting is the server's progress report while Acquire waits: whom it waits on, and the
@@ -80,11 +84,17 @@ type NotGranted struct {
 	Held, Limit uint32
 }
 
-// AbandonedGrant reports a grant that arrived after the caller gave up the wait.
-type AbandonedGrant struct {
-	Name         string
-	FencingToken uint64
-	// Err is nil if the client released the grant; otherwise it stays held until its TTL.
+// GiveUp reports the Release that followed a give-up: Acquire returned ctx.Err() or an error
+// after sending a request with the acquisition's own lease id, which may have been granted.
+type GiveUp struct {
+	Name string
+	// Cause is what Acquire returned: ctx.Err(), or the error that ended the acquisition.
+	Cause error
+	// Released is true when the lease had been granted to this acquisition (the grant raced the
+	// give-up, or the answer was lost) and the Release ended it.
+	Released bool
+	// Err is the Release's error, if it failed: a grant made meanwhile then stays held until its
+	// TTL.
 	Err error
 }
 
@@ -94,6 +104,9 @@ type Holder struct {
 	FencingToken uint64
 	// Remaining is the time until this permit frees unless renewed; negative: no expiry.
 	Remaining time.Duration
+	// Shared is true for a shared (read) grant, false for an exclusive one and for the permits
+	// of a counting lease.
+	Shared bool
 }
 
 // Description is what Describe tells anyone about a lease.
@@ -102,7 +115,8 @@ type Description struct {
 	Held bool
 	// Holders lists every permit taken, by increasing fencing token.
 	Holders []Holder
-	// Limit is the limit in force: 1 for an exclusive lease, 0 when the lease is free.
+	// Limit is the limit in force: 1 for an exclusive or read-write lease, 0 when the lease is
+	// free.
 	Limit uint32
 	// Waiters is how many callers wait for the lease, on every replica.
 	Waiters uint32
@@ -130,6 +144,7 @@ func (c *Client) Describe(ctx context.Context, name string) (*Description, error
 			Holder:       h.Holder,
 			FencingToken: h.FencingToken,
 			Remaining:    remaining(h.RemainingMs),
+			Shared:       h.Shared,
 		})
 	}
 	return description, nil

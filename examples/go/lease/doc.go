@@ -26,8 +26,18 @@
 // expire the lease. Pass the fencing token to the resource the lease protects, which must reject
 // writes carrying a smaller token than the largest it has seen.
 //
-// Giving up a wait is done with the context passed to Acquire (cancel, deadline): Acquire returns
-// ctx.Err() at once, while the client keeps reading the Acquire stream for GiveUpGrace in the
-// background and releases a grant that arrives anyway, which would otherwise stay held until
-// its TTL.
+// Each acquisition sends its own lease id, 128 random bits from the OS: an Acquire cut off by
+// UNAVAILABLE or a reset connection is sent again with that id (3 retries, within the wait),
+// and the server answers a retry with the grant an earlier try got, or keeps its place in the
+// queue. Giving up a wait is done with the context passed to Acquire (cancel, deadline): Acquire
+// cancels the call, then releases its id, which ends a grant that raced the give-up whichever
+// way the race went, and returns ctx.Err(). An error that ends an acquisition does the same.
+//
+// ReentrantLock is a handle whose Lock calls nest (only the outermost Unlock releases);
+// RWLock gives shared (RLock) and exclusive (Lock) grants of one name:
+//
+//	rw := client.NewRWLock("catalog", lease.Options{TTL: 15 * time.Second, Wait: time.Minute})
+//	r, busy, err := rw.RLock(ctx) // readers hold together; a writer waits for them all
+//	...
+//	defer r.Close()
 package lease

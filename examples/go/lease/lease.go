@@ -40,6 +40,7 @@ type Lease struct {
 	leaseID string
 	token   uint64
 	ttl     time.Duration
+	shared  bool
 
 	stop  context.CancelFunc // ends the keepalive: on release, and on loss
 	ended <-chan struct{}    // closed by stop
@@ -63,7 +64,7 @@ func trustWindow(ttl time.Duration) time.Duration { return ttl - ttl/20 }
 
 // startLease guards a grant whose trust counts from trustFrom: the send of the Acquire request,
 // or of the renewal that confirmed the grant after a long wait.
-func startLease(c *Client, base context.Context, granted *leasev1.Granted, ttl time.Duration,
+func startLease(c *Client, base context.Context, granted *leasev1.Granted, shared bool, ttl time.Duration,
 	trustFrom time.Time, renewals *renewer, stop context.CancelFunc) *Lease {
 	l := &Lease{
 		client:       c,
@@ -72,6 +73,7 @@ func startLease(c *Client, base context.Context, granted *leasev1.Granted, ttl t
 		leaseID:      granted.LeaseId,
 		token:        granted.FencingToken,
 		ttl:          ttl,
+		shared:       shared,
 		stop:         stop,
 		ended:        renewals.ctx.Done(),
 		done:         make(chan struct{}),
@@ -98,6 +100,9 @@ func (l *Lease) LeaseID() string { return l.leaseID }
 
 // TTL is the granted TTL.
 func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Shared is true for a shared (read) grant (Options.Shared, RWLock.RLock).
+func (l *Lease) Shared() bool { return l.shared }
 
 // TrustedUntil is when the holder must stop trusting the lease unless a renewal answers
 // before: TTL - TTL/20 after the last successful renewal was sent.

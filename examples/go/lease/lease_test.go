@@ -290,6 +290,7 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 	}{
 		{"go-bad-ttl", "ttl_ms", lease.Options{TTL: time.Millisecond}},
 		{"go bad name", "name", lease.Options{TTL: time.Second}},
+		{"go-bad-shared", "shared", lease.Options{TTL: time.Second, Shared: true, Limit: 2}},
 	} {
 		l, busy, err := c.Acquire(ctx, tc.name, tc.opts)
 		if status.Code(err) != codes.InvalidArgument || l != nil || busy != nil {
@@ -302,25 +303,26 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 }
 
 // A caller that gives up its wait just as the holder releases must not be left holding the
-// lease: the server may grant it before it hears of the cancellation.
+// lease: the server may grant it before it hears of the cancellation, and never releases a grant
+// made with the caller's own lease id on its own. The client cancels, then releases its id.
 func TestGiveUpRacingAReleaseLeavesNothingHeld(t *testing.T) {
 	counts := giveUpRace(t, "go-race", 100, 10)
-	t.Logf("give-up race, %d tries: %d grants released by the give-up path, %d granted before the give-up, %d left held",
-		counts.tries, counts.abandonedReleased, counts.grantedFirst, counts.leftHeld)
+	t.Logf("give-up race, %d tries: %d grants ended by the give-up's Release, %d granted before the give-up, %d left held",
+		counts.tries, counts.releasedByGiveUp, counts.grantedFirst, counts.leftHeld)
 	if counts.leftHeld > 0 {
 		t.Errorf("%d of %d leases were left held by a caller that gave up", counts.leftHeld, counts.tries)
 	}
 }
 
-// The same race with a client that cancels at once, as a naive one would: an experiment that
-// shows the grace is needed. LEASED_GO_NO_GRACE=1 runs it.
-func TestGiveUpWithoutGraceLeavesLeasesHeld(t *testing.T) {
-	if os.Getenv("LEASED_GO_NO_GRACE") == "" {
-		t.Skip("an experiment: LEASED_GO_NO_GRACE=1 measures cancelling at once")
+// The control: the same race with a client that cancels and does not release, which shows that
+// the Release is needed. LEASED_GO_NO_RELEASE=1 runs it.
+func TestGiveUpWithoutReleaseLeavesLeasesHeld(t *testing.T) {
+	if os.Getenv("LEASED_GO_NO_RELEASE") == "" {
+		t.Skip("an experiment: LEASED_GO_NO_RELEASE=1 measures cancelling without the Release")
 	}
-	defer lease.SetGiveUpGrace(0)()
-	counts := giveUpRace(t, "go-naive", 100, 10)
-	t.Logf("cancel at once, %d tries: %d granted before the give-up, %d left held (until their TTL)",
+	defer lease.SetReleaseOnGiveUp(false)()
+	counts := giveUpRace(t, "go-no-release", 100, 10)
+	t.Logf("cancel without Release, %d tries: %d granted before the give-up, %d left held (until their TTL)",
 		counts.tries, counts.grantedFirst, counts.leftHeld)
 	if counts.leftHeld == 0 {
 		t.Errorf("no lease was left held: the race was not exercised")
@@ -328,15 +330,15 @@ func TestGiveUpWithoutGraceLeavesLeasesHeld(t *testing.T) {
 }
 
 type raceCounts struct {
-	tries             int
-	abandonedReleased int64 // grants that arrived after the give-up, released by the client
-	grantedFirst      int64 // the waiter was granted before it gave up (and released it)
-	leftHeld          int64 // held after the grace: what must never happen
+	tries            int
+	releasedByGiveUp int64 // grants made before the give-up reached the server, ended by its Release
+	grantedFirst     int64 // the waiter was granted before it gave up (and released it)
+	leftHeld         int64 // held after the give-up: what must never happen
 }
 
 // giveUpRace runs tries of: H holds the lease, W waits for it (until its first `waiting`), then
-// H releases and W gives up at the same moment (W 0 to 9 ms later: giveUpOffset); after the
-// grace and a second more, nobody may hold it. parallel tries run at once, each on its own name.
+// H releases and W gives up at the same moment (W 0 to 9 ms later: giveUpOffset); once both are
+// done, and a second more, nobody may hold it. parallel tries run at once, each on its own name.
 func giveUpRace(t *testing.T, prefix string, tries, parallel int) raceCounts {
 	ctx := testContext(t)
 	holders, waiters, observer := newClient(t, ""), newClient(t, ""), newClient(t, "")
@@ -355,13 +357,15 @@ func giveUpRace(t *testing.T, prefix string, tries, parallel int) raceCounts {
 			err   error
 		}
 		acquired := make(chan result, 1)
+		var gaveUp *lease.GiveUp // read after acquired
 		go func() {
 			l, _, err := waiters.Acquire(waitingCtx, name, lease.Options{
 				TTL: 30 * time.Second, Wait: 30 * time.Second, Holder: "W",
 				OnWaiting: func(lease.Waiting) { queuedOnce.Do(func() { close(queued) }) },
-				OnAbandonedGrant: func(g lease.AbandonedGrant) {
-					if g.Err == nil {
-						atomic.AddInt64(&counts.abandonedReleased, 1)
+				OnGiveUp: func(g lease.GiveUp) {
+					gaveUp = &g
+					if g.Released {
+						atomic.AddInt64(&counts.releasedByGiveUp, 1)
 					}
 				},
 			})
@@ -386,7 +390,7 @@ func giveUpRace(t *testing.T, prefix string, tries, parallel int) raceCounts {
 		}()
 		close(start)
 		both.Wait()
-		r := <-acquired
+		r := <-acquired // after the give-up's Release answered
 		switch {
 		case r.lease != nil: // W's Acquire returned the grant before it saw the cancellation
 			atomic.AddInt64(&counts.grantedFirst, 1)
@@ -394,13 +398,15 @@ func giveUpRace(t *testing.T, prefix string, tries, parallel int) raceCounts {
 		case !errors.Is(r.err, context.Canceled):
 			return fmt.Errorf("W: %v", r.err)
 		}
-		time.Sleep(lease.GiveUpGrace + time.Second)
+		// A grant that the server made after the Release would show up here.
+		time.Sleep(time.Second)
 		d, err := observer.Describe(ctx, name)
 		if err != nil {
 			return err
 		}
 		if d.Held {
 			atomic.AddInt64(&counts.leftHeld, 1)
+			t.Logf("%s left held: %+v (W's give-up: %+v; W returned %+v)", name, d.Holders, gaveUp, r)
 		}
 		return nil
 	}
@@ -416,18 +422,18 @@ func giveUpRace(t *testing.T, prefix string, tries, parallel int) raceCounts {
 			}
 		}
 	}
-	// The hooks ran on the client's goroutines, within the grace each try waited for.
 	return raceCounts{
-		tries:             tries,
-		abandonedReleased: atomic.LoadInt64(&counts.abandonedReleased),
-		grantedFirst:      atomic.LoadInt64(&counts.grantedFirst),
-		leftHeld:          atomic.LoadInt64(&counts.leftHeld),
+		tries:            tries,
+		releasedByGiveUp: atomic.LoadInt64(&counts.releasedByGiveUp),
+		grantedFirst:     atomic.LoadInt64(&counts.grantedFirst),
+		leftHeld:         atomic.LoadInt64(&counts.leftHeld),
 	}
 }
 
 // giveUpOffset is how long after the release starts try index gives up: 0 to 9 ms. Here the
-// server grants W a few milliseconds after the release starts; a client that cancels at once
-// left about one lease in five held over these offsets (TestGiveUpWithoutGraceLeavesLeasesHeld).
+// server grants W a few milliseconds after the release starts; a client that cancels and does
+// not release leaves some of the leases held over these offsets
+// (TestGiveUpWithoutReleaseLeavesLeasesHeld).
 func giveUpOffset(index int) time.Duration {
 	return time.Duration(index%10) * time.Millisecond
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -121,8 +122,84 @@ func (s *Stack) Stop() {
 }
 
 // Dial opens a plaintext connection, as every test client does: one per simulated process.
-func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.Dial(addr, grpc.WithInsecure())
+// options add to it (an interceptor that counts calls, ...).
+func Dial(addr string, options ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.Dial(addr, append([]grpc.DialOption{grpc.WithInsecure()}, options...)...)
+}
+
+// Proxy forwards TCP connections to a server and can cut them all at once: a connection reset
+// as the client sees it, while the server lives on and new connections go through.
+type Proxy struct {
+	// Addr is the proxy's host:port: dial it instead of the server's.
+	Addr     string
+	target   string
+	listener net.Listener
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // both ends of every connection open now
+}
+
+// StartProxy forwards to target until Close.
+func StartProxy(target string) (*Proxy, error) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{Addr: listener.Addr().String(), target: target, listener: listener, conns: map[net.Conn]struct{}{}}
+	go p.accept()
+	return p, nil
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.listener.Accept()
+		if err != nil {
+			return // closed
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go p.pipe(client, server)
+		go p.pipe(server, client)
+	}
+}
+
+// pipe copies one direction; when either side ends, both are closed.
+func (p *Proxy) pipe(from, to net.Conn) {
+	_, _ = io.Copy(to, from)
+	from.Close()
+	to.Close()
+	p.mu.Lock()
+	delete(p.conns, from)
+	delete(p.conns, to)
+	p.mu.Unlock()
+}
+
+// Cut resets every connection open now (RST, as when a peer or a middlebox drops it) and
+// reports how many there were.
+func (p *Proxy) Cut() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for conn := range p.conns {
+		if tcp, ok := conn.(*net.TCPConn); ok {
+			_ = tcp.SetLinger(0) // close with RST rather than FIN
+		}
+		conn.Close()
+	}
+	cut := len(p.conns) / 2
+	p.conns = map[net.Conn]struct{}{}
+	return cut
+}
+
+// Close stops accepting and cuts what is open.
+func (p *Proxy) Close() {
+	p.listener.Close()
+	p.Cut()
 }
 
 func (s *Stack) spawn(name, addr, binary string, args ...string) (*Process, error) {
