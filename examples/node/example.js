@@ -4,9 +4,10 @@
 //
 //   node example.js --target 127.0.0.1:50051 --name nightly-report --work-ms 5000
 //
-// Ctrl-C while waiting gives the wait up (a grant that arrives meanwhile is released); Ctrl-C
-// while working stops the work and releases. Exit status: 0 done, 1 lost, 2 not granted,
-// 130 interrupted.
+// Ctrl-C while waiting gives the wait up (the call is cancelled and its lease id released, so a
+// grant made meanwhile does not outlive us); Ctrl-C while working stops the work and releases.
+// --read takes a shared (read) lease beside other readers. Exit status: 0 done, 1 lost, 2 not
+// granted, 130 interrupted.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
@@ -20,6 +21,7 @@ const { values: args } = parseArgs({
     'ttl-ms': { type: 'string', default: '15000' },
     'wait-ms': { type: 'string', default: '60000' },
     'work-ms': { type: 'string', default: '5000' },
+    read: { type: 'boolean', default: false },
   },
 });
 
@@ -29,7 +31,7 @@ process.once('SIGINT', () => interrupted.abort(new Error('interrupted')));
 try {
   process.exitCode = await holdWhileWorking();
 } finally {
-  // Waits for a given-up wait to settle, so that a late grant is released before we exit.
+  // Waits for the Release that follows a give-up, so that a late grant is released before we exit.
   await client.close();
 }
 
@@ -39,6 +41,7 @@ async function holdWhileWorking() {
     lease = await client.acquire(args.name, {
       ttlMs: Number(args['ttl-ms']),
       waitMs: Number(args['wait-ms']),
+      shared: args.read,
       signal: interrupted.signal,
       onWaiting: ({ holder, fencingToken, position, remainingMs }) =>
         console.log(`waiting (#${position}) for ${holder || 'nobody'} (token ${fencingToken}), frees in ${remainingMs} ms`),
@@ -53,7 +56,8 @@ async function holdWhileWorking() {
     return 2;
   }
 
-  console.log(`acquired ${lease.name} with fencing token ${lease.fencingToken}`);
+  const mode = lease.shared ? ' (shared)' : '';
+  console.log(`acquired ${lease.name}${mode} with fencing token ${lease.fencingToken}`);
   lease.on('lost', (reason) => console.error(`${reason.message}; stopping`));
   // One signal for both reasons to stop early: the lease is lost, or the user pressed Ctrl-C.
   const stop = AbortSignal.any?.([lease.signal, interrupted.signal]) ?? lease.signal;

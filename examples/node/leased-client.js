@@ -12,9 +12,19 @@
 //     }
 //   }
 //
+// Reentrant and read-write locks over the same leases:
+//
+//   const lock = new ReentrantLock(client, 'ledger', { ttlMs: 15_000, waitMs: 60_000 });
+//   const lease = await lock.acquire(); // again while held: the same lease at once, no RPC
+//   try { ... } finally { await lock.release(); } // only the outermost release ends it
+//
+//   const rw = new ReadWriteLock(client, 'catalog', { ttlMs: 15_000, waitMs: 60_000 });
+//   const reading = await rw.read(); // or rw.write(): a Lease (or NotGranted), as acquire gives
+//
 // The stubs are built when this module is loaded, by @grpc/proto-loader from the proto in
 // ../../proto: the proto stays the one source of truth and no generated code is committed.
 
+import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -28,8 +38,14 @@ export const { status } = grpc;
 /** `NODE_DEBUG=leased node app.js` prints what the client does behind the caller's back. */
 const debug = debuglog('leased');
 
-/** How long an Acquire call is still read after its caller gave up the wait (see `acquire`). */
-export const GIVE_UP_GRACE_MS = 1000;
+/** How many times an Acquire that ended without an answer is sent again, with the same lease id. */
+export const ACQUIRE_RETRIES = 3;
+
+/** The pause before the first retry of an Acquire; it doubles before each next one. */
+export const ACQUIRE_RETRY_DELAY_MS = 50;
+
+/** Bounds the Release that follows a give-up: it is best effort, and the caller has left. */
+export const GIVE_UP_RELEASE_TIMEOUT_MS = 2000;
 
 export const PROTO_ROOT = fileURLToPath(new URL('../../proto', import.meta.url));
 
@@ -54,6 +70,27 @@ const LOADER_OPTIONS = {
 const proto = grpc.loadPackageDefinition(
   protoLoader.loadSync('lease/v1/lease.proto', LOADER_OPTIONS),
 ).lease.v1;
+
+/**
+ * Codes with which the server refuses an Acquire before granting anything: after them, when no
+ * earlier attempt of the same acquisition ended in doubt, there is nothing to release.
+ */
+const REFUSED_CODES = new Set([
+  status.INVALID_ARGUMENT,
+  status.FAILED_PRECONDITION,
+  status.RESOURCE_EXHAUSTED,
+  status.OUT_OF_RANGE,
+  status.UNAUTHENTICATED,
+  status.PERMISSION_DENIED,
+]);
+
+/**
+ * A new lease id for one acquisition: 128 bits from the OS's CSPRNG as 32 hex digits. It is the
+ * holder's secret (whoever knows it can renew or release the lease), so it must not be guessable.
+ */
+export function newLeaseId() {
+  return randomBytes(16).toString('hex');
+}
 
 /** `hostname/pid`: enough for an operator to find the process that holds a lease. */
 export function defaultHolder() {
@@ -127,6 +164,7 @@ export class LeaseLostError extends Error {
  * @property {bigint} fencingToken
  * @property {number} remainingMs     lock-delay included; -1: no expiry
  * @property {Date | null} expiresAt  on the store's clock
+ * @property {boolean} shared         a shared (read) grant; false for exclusive grants and permits
  */
 
 /**
@@ -145,6 +183,8 @@ export class LeaseLostError extends Error {
  * @property {string} [holder]         shown to others by Describe; default `hostname/pid`
  * @property {number} [limit]          N > 1: one of N permits of a counting lease
  * @property {number} [lockDelayMs]    after an expiry, nobody gets the name for this long
+ * @property {boolean} [shared]        a shared (read) grant, beside other shared grants; only with
+ *                                     `limit` 0 or 1 (see ReadWriteLock)
  * @property {(waiting: Waiting) => void} [onWaiting]  called while the server waits for the lease
  * @property {AbortSignal} [signal]    gives the wait up (e.g. `AbortSignal.timeout(ms)`)
  */
@@ -152,16 +192,18 @@ export class LeaseLostError extends Error {
 /**
  * A connection to a leased server. Share one per process.
  *
- * Emits `abandonedGrant` ({name, fencingToken, released, error}) when a grant arrived after its
- * caller gave up the wait and was released (or failed to be) on the caller's behalf.
+ * Emits `abandonedGrant` ({name, fencingToken, released, error}) when the Release that follows a
+ * give-up ended a grant (`released` true: the server granted just as the caller gave up;
+ * `fencingToken` is null unless the grant reached the client), or failed (`error`: a grant, if
+ * there was one, stays held until its TTL).
  */
 export class LeaseClient extends EventEmitter {
   #service;
   #admin;
   #token;
   #rpcTimeoutMs;
-  #giveUpGraceMs;
-  /** Give-ups still reading their Acquire call or releasing what it granted: `close` waits. */
+  #releaseOnGiveUp;
+  /** Given-up acquisitions still cancelling or releasing: `close` waits for them. */
   #settling = new Set();
 
   /**
@@ -171,26 +213,30 @@ export class LeaseClient extends EventEmitter {
    * @param {string} [options.token]  bearer token, for servers started with --auth-tokens
    * @param {number} [options.rpcTimeoutMs]  bounds calls that should answer at once (Release,
    *   Describe, Revoke, a confirming renewal) and Acquire beyond its wait; default 5 s
-   * @param {number} [options.giveUpGraceMs]  see `acquire`; only tests should change it
    * @param {grpc.ChannelOptions} [options.channelOptions]
+   * @param {grpc.Interceptor[]} [options.interceptors]  for LeaseService calls (tracing, tests)
+   * @param {boolean} [options.releaseOnGiveUp]  default true; only tests turn it off, to show
+   *   what the Release after a give-up is for
    */
   constructor(target, options = {}) {
     super();
     const credentials = options.credentials ?? grpc.credentials.createInsecure();
-    this.#service = new proto.LeaseService(target, credentials, options.channelOptions);
+    this.#service = new proto.LeaseService(target, credentials, {
+      ...options.channelOptions,
+      interceptors: options.interceptors ?? [],
+    });
     // The admin stub shares the connection.
     this.#admin = new proto.LeaseAdminService(target, credentials, {
       channelOverride: this.#service.getChannel(),
     });
     this.#token = options.token;
     this.#rpcTimeoutMs = options.rpcTimeoutMs ?? 5000;
-    this.#giveUpGraceMs = options.giveUpGraceMs ?? GIVE_UP_GRACE_MS;
+    this.#releaseOnGiveUp = options.releaseOnGiveUp ?? true;
   }
 
   /**
-   * Closes the connection, once the waits given up in the last second have settled (a grant
-   * that arrives for them is released first). Leases still held are not released: release
-   * them before.
+   * Closes the connection, once the Releases that follow give-ups have been answered. Leases
+   * still held are not released: release them before.
    */
   async close() {
     while (this.#settling.size > 0) await Promise.allSettled([...this.#settling]);
@@ -203,12 +249,16 @@ export class LeaseClient extends EventEmitter {
    * input (`code` INVALID_ARGUMENT, the message names the field), a `limit` other than the one in
    * force (FAILED_PRECONDITION) or an unavailable server (UNAVAILABLE).
    *
-   * Giving up (aborting `signal`) rejects at once with the signal's reason. The Acquire call is
-   * not cancelled at once, though: the server may have sent `granted` just before it heard of the
-   * give-up, and a cancelled call drops it, leaving the lease held by nobody until its TTL. So
-   * the call is read for `GIVE_UP_GRACE_MS` more (less if it ends sooner), a grant that arrives
-   * is released, and only then is the call cancelled. For a deadline, pass
-   * `AbortSignal.timeout(ms)` rather than a gRPC deadline, which cancels at once.
+   * Each acquisition sends a lease id of its own (`newLeaseId`). An Acquire that ends UNAVAILABLE
+   * or without an answer (a dropped connection) is sent again with the same id, up to
+   * `ACQUIRE_RETRIES` times with the wait that remains: the server answers a grant it already
+   * made to that id again, and a waiter keeps its place in the queue.
+   *
+   * Giving up (aborting `signal`) rejects at once with the signal's reason, cancels the Acquire
+   * call, and then releases the lease id in the background: the server may have granted just
+   * before it heard of the cancellation, and that Release ends the grant whichever way the race
+   * went. An acquisition that fails after a call was sent is released the same way. For a
+   * deadline, pass `AbortSignal.timeout(ms)` rather than a gRPC deadline.
    *
    * @param {string} name
    * @param {AcquireOptions} options
@@ -222,7 +272,7 @@ export class LeaseClient extends EventEmitter {
     return new Promise((resolve, reject) => {
       const giveUp = () => {
         reject(signal.reason);
-        this.#track(attempt);
+        this.#track(attempt); // it cancels its call and releases on its own
       };
       signal.addEventListener('abort', giveUp, { once: true });
       attempt.then(
@@ -230,7 +280,7 @@ export class LeaseClient extends EventEmitter {
           signal.removeEventListener('abort', giveUp);
           // The caller left just as the lease came: it is nobody's unless we release it.
           if (signal.aborted && result instanceof Lease) {
-            this.#abandoned(result, result.release());
+            this.#abandoned(result.name, result.fencingToken, result.release());
           } else {
             resolve(result);
           }
@@ -246,14 +296,42 @@ export class LeaseClient extends EventEmitter {
   /** @param {string} name @param {AcquireOptions} options @returns {Promise<Lease | NotGranted>} */
   async #acquire(name, options) {
     const { ttlMs, waitMs = 0, holder = defaultHolder(), limit = 0, lockDelayMs = 0 } = options;
-    const { signal, onWaiting } = options;
-    const request = { name, holder, ttlMs, waitMs, limit, lockDelayMs };
-    // The server grants no earlier than now, so the lease lasts at least a TTL from here.
+    const { shared = false, signal, onWaiting } = options;
+    const leaseId = newLeaseId();
+    let request = { name, holder, ttlMs, waitMs, limit, lockDelayMs, shared, leaseId };
+    // The server grants no earlier than the first request, so the lease lasts at least a TTL
+    // from here. Not from a retry's: a retry is answered with a grant made before it, if any.
     let requestedAt = performance.now();
-    const answer = await this.#callAcquire(request, onWaiting, signal);
+    const waitEndsAt = requestedAt + Number(waitMs);
+    let answer;
+    let inDoubt = false;
+    try {
+      for (let retry = 0; ; retry += 1) {
+        try {
+          answer = await this.#callAcquire(request, onWaiting, signal);
+          break;
+        } catch (error) {
+          if (signal?.aborted || error?.code !== status.UNAVAILABLE || retry === ACQUIRE_RETRIES) {
+            throw error;
+          }
+          inDoubt = true;
+          debug('Acquire of %s failed, retrying with the same lease id: %s', name, describeError(error));
+          await sleepUnlessAborted(ACQUIRE_RETRY_DELAY_MS * 2 ** retry, signal);
+          request = { ...request, waitMs: Math.max(0, Math.floor(waitEndsAt - performance.now())) };
+        }
+      }
+    } catch (error) {
+      // The server may hold a grant for our id that we never heard of: release it (a give-up
+      // lands here too). Only a refusal of the first and only attempt granted nothing for sure.
+      if (signal?.aborted || inDoubt || !REFUSED_CODES.has(error?.code)) {
+        this.#releaseGivenUp(name, leaseId, null);
+      }
+      throw error;
+    }
     if (answer instanceof NotGranted) return answer;
+    answer.shared = shared;
     if (signal?.aborted) {
-      this.#abandoned(answer, this.release(answer.name, answer.leaseId));
+      this.#releaseGivenUp(name, leaseId, answer.fencingToken);
       throw signal.reason;
     }
 
@@ -282,38 +360,35 @@ export class LeaseClient extends EventEmitter {
       }
       if (signal?.aborted) {
         stream.close();
-        this.#abandoned(answer, this.release(answer.name, answer.leaseId));
+        this.#releaseGivenUp(name, leaseId, answer.fencingToken);
         throw signal.reason;
       }
     }
     const transport = {
       openRenewStream: () => new RenewStream(this.#service.Renew(this.#metadata())),
-      release: (leaseName, leaseId) => this.release(leaseName, leaseId),
+      release: (leaseName, id) => this.release(leaseName, id),
     };
     return new Lease(transport, answer, requestedAt, stream);
   }
 
   /**
    * One Acquire call: resolves to the granted lease's fields or a NotGranted. Once `signal`
-   * aborts, it reads on for the give-up grace and then cancels the call.
+   * aborts, the call is cancelled and the promise rejects with the signal's reason.
    */
   #callAcquire(request, onWaiting, signal) {
     return new Promise((resolve, reject) => {
-      const deadline =
-        Date.now() + Number(request.waitMs) + this.#giveUpGraceMs + this.#rpcTimeoutMs;
+      const deadline = Date.now() + Number(request.waitMs) + this.#rpcTimeoutMs;
       const call = this.#service.Acquire(request, this.#metadata(), { deadline });
       let settled = false;
-      let graceTimer;
       const settle = (callback, value) => {
         if (settled) return;
         settled = true;
-        clearTimeout(graceTimer);
         signal?.removeEventListener('abort', giveUp);
         callback(value);
       };
       const giveUp = () => {
-        if (this.#giveUpGraceMs <= 0) call.cancel();
-        else graceTimer = setTimeout(() => call.cancel(), this.#giveUpGraceMs);
+        call.cancel();
+        settle(reject, signal.reason);
       };
       call.on('data', (response) => {
         switch (response.result) {
@@ -334,21 +409,37 @@ export class LeaseClient extends EventEmitter {
       // After a terminal message the call ends on its own, with OK: it is not cancelled, which
       // the server could take for a waiter that gave up.
       call.on('error', (error) => settle(reject, error));
-      call.on('end', () => settle(reject, new Error('Acquire ended without granted or not_granted')));
+      call.on('end', () => {
+        // Only a broken connection or server ends the stream unanswered: retried as UNAVAILABLE.
+        const error = new Error('Acquire ended without granted or not_granted');
+        error.code = status.UNAVAILABLE;
+        settle(reject, error);
+      });
       signal?.addEventListener('abort', giveUp, { once: true });
     });
   }
 
-  /** Releases a grant whose caller gave up, reporting it as `abandonedGrant`. */
-  #abandoned({ name, fencingToken }, releasing) {
+  /**
+   * Releases `leaseId` for a caller that gave up or failed (best effort, in the background, after
+   * the Acquire call was cancelled): it ends a grant the caller never heard of, or finds nothing.
+   */
+  #releaseGivenUp(name, leaseId, fencingToken) {
+    if (!this.#releaseOnGiveUp) return;
+    const releasing = this.#unary(this.#service, 'Release', { name, leaseId }, GIVE_UP_RELEASE_TIMEOUT_MS);
+    this.#abandoned(name, fencingToken, releasing.then((answer) => answer.released));
+  }
+
+  /** Reports the release of a grant whose caller gave up as `abandonedGrant`, if it ended one. */
+  #abandoned(name, fencingToken, releasing) {
     this.#track(releasing);
     releasing.then(
       (released) => {
-        debug('released %s (token %s): it arrived after its caller gave up', name, fencingToken);
+        if (!released) return; // nothing was granted: the give-up won the race
+        debug('released %s (token %s): it was granted as its caller gave up', name, fencingToken);
         this.emit('abandonedGrant', { name, fencingToken, released, error: null });
       },
       (error) => {
-        debug('could not release %s (token %s) after a give-up: %s', name, fencingToken, error);
+        debug('could not release %s after a give-up: %s', name, describeError(error));
         this.emit('abandonedGrant', { name, fencingToken, released: false, error });
       },
     );
@@ -405,9 +496,9 @@ export class LeaseClient extends EventEmitter {
     return { revoked: answer.revoked, fencingToken: BigInt(answer.fencingToken) };
   }
 
-  #unary(stub, method, request) {
+  #unary(stub, method, request, timeoutMs = this.#rpcTimeoutMs) {
     return new Promise((resolve, reject) => {
-      const options = { deadline: Date.now() + this.#rpcTimeoutMs };
+      const options = { deadline: Date.now() + timeoutMs };
       stub[method](request, this.#metadata(), options, (error, answer) =>
         error ? reject(error) : resolve(answer),
       );
@@ -451,6 +542,7 @@ export class Lease extends EventEmitter {
     /** Pass it to the resource the lease protects. @type {bigint} */
     this.fencingToken = grant.fencingToken;
     /** @type {number} */ this.ttlMs = grant.ttlMs;
+    /** A shared (read) grant. @type {boolean} */ this.shared = grant.shared ?? false;
     /** As granted, on the store's clock. @type {Date | null} */ this.expiresAt = grant.expiresAt;
     this.#transport = transport;
     this.#stream = stream;
@@ -602,6 +694,171 @@ export class Lease extends EventEmitter {
 if (Symbol.asyncDispose) Lease.prototype[Symbol.asyncDispose] = Lease.prototype.release;
 
 /**
+ * A lease that its owner may acquire again while holding it, as a reentrant mutex. The owner is
+ * this handle (Node.js has no threads to own a lock): make one per owner (a job, a request) and
+ * share it only with the code that acts for that owner.
+ *
+ * The first `acquire` asks the server; one made while the lease is held resolves at once to the
+ * same `Lease`, without a call, one level deeper. Each `release` ends a level, and only the
+ * outermost releases the lease (Release, and the keepalive stops). A loss ends every level at
+ * once: all levels hold the same Lease, so each sees its `lost` event and aborted `signal`, and
+ * the releases that follow resolve false. Release through the lock: the Lease's own `release()`
+ * ends every level.
+ */
+export class ReentrantLock {
+  #client;
+  #options;
+  /** The lease while held, and how many levels hold it. */
+  #lease = null;
+  #holdCount = 0;
+  /** The outermost acquisition under way: an acquire meanwhile waits for it, then nests. */
+  #acquiring = null;
+
+  /**
+   * @param {LeaseClient} client
+   * @param {string} name
+   * @param {AcquireOptions} options  for each outermost acquisition
+   */
+  constructor(client, name, options) {
+    this.#client = client;
+    /** @type {string} */ this.name = name;
+    this.#options = options;
+  }
+
+  /** How many levels hold the lease now: 0 when it is not held. */
+  get holdCount() {
+    return this.#holdCount;
+  }
+
+  /** The lease while held, else null. @returns {Lease | null} */
+  get lease() {
+    return this.#lease;
+  }
+
+  /**
+   * Resolves to the lease: at once if this handle holds it, else as `LeaseClient.acquire` does
+   * (a `Lease`, or a `NotGranted` that adds no level).
+   *
+   * @param {Partial<AcquireOptions>} [options]  for this call, over the lock's (`waitMs`, `signal`)
+   * @returns {Promise<Lease | NotGranted>}
+   */
+  async acquire(options = {}) {
+    const { signal } = options;
+    for (;;) {
+      signal?.throwIfAborted();
+      if (this.#lease) {
+        this.#holdCount += 1;
+        return this.#lease;
+      }
+      if (!this.#acquiring) break;
+      await settledUnlessAborted(this.#acquiring, signal);
+    }
+    const acquiring = this.#client.acquire(this.name, { ...this.#options, ...options });
+    this.#acquiring = acquiring;
+    let result;
+    try {
+      result = await acquiring;
+    } finally {
+      this.#acquiring = null;
+    }
+    if (result instanceof Lease) {
+      this.#lease = result;
+      this.#holdCount = 1;
+      result.signal.addEventListener('abort', () => this.#ended(result), { once: true });
+    }
+    return result;
+  }
+
+  /**
+   * Ends one level; the outermost releases the lease. Resolves to true if a level was held (the
+   * outermost: if its Release ended the lease), false if none was (lost, or released already).
+   *
+   * @returns {Promise<boolean>}
+   */
+  async release() {
+    if (!this.#lease) return false;
+    this.#holdCount -= 1;
+    if (this.#holdCount > 0) return true;
+    const lease = this.#lease;
+    this.#lease = null;
+    return lease.release();
+  }
+
+  /** The lease ended other than by our outermost release: lost, or released through the Lease. */
+  #ended(lease) {
+    if (this.#lease !== lease) return;
+    this.#lease = null;
+    this.#holdCount = 0;
+    // No level will release it now. A lease lost for want of answers may still be held by the
+    // server: releasing frees the name sooner if the server can be reached.
+    if (lease.lost) lease.release().catch(() => {});
+  }
+}
+
+/**
+ * A read-write lock over one name: `read()` asks for a shared grant, which coexists with the
+ * other shared grants of the name, and `write()` for an exclusive one. Each resolves as
+ * `LeaseClient.acquire` does, to a `Lease` (with its keepalive, `lost` and `signal`) or a
+ * `NotGranted`. Readers and writers wait in one queue, in order, and a waiting writer holds back
+ * the readers that come after it.
+ *
+ * A handle stands for one owner and holds one grant at a time: no upgrade (read to write), no
+ * downgrade, no nesting; release, then acquire again. `read()` or `write()` while the handle
+ * holds or is acquiring a grant rejects at once, rather than queue behind a writer that waits
+ * for this very handle. Make one handle per reader.
+ */
+export class ReadWriteLock {
+  #client;
+  #options;
+  /** True from a read or write until its lease ends (or it ends without one). */
+  #busy = false;
+
+  /**
+   * @param {LeaseClient} client
+   * @param {string} name
+   * @param {AcquireOptions} options  for every acquisition (`shared` is set by read and write)
+   */
+  constructor(client, name, options) {
+    this.#client = client;
+    /** @type {string} */ this.name = name;
+    this.#options = options;
+  }
+
+  /** A shared grant. @param {Partial<AcquireOptions>} [options] @returns {Promise<Lease | NotGranted>} */
+  read(options = {}) {
+    return this.#acquire(true, options);
+  }
+
+  /** An exclusive grant. @param {Partial<AcquireOptions>} [options] @returns {Promise<Lease | NotGranted>} */
+  write(options = {}) {
+    return this.#acquire(false, options);
+  }
+
+  async #acquire(shared, options) {
+    if (this.#busy) {
+      throw new Error(
+        `this handle already holds or is acquiring ${JSON.stringify(this.name)}: release it first ` +
+          '(no upgrade, downgrade or nesting)',
+      );
+    }
+    this.#busy = true;
+    let result;
+    try {
+      result = await this.#client.acquire(this.name, { ...this.#options, ...options, shared });
+    } catch (error) {
+      this.#busy = false;
+      throw error;
+    }
+    if (result instanceof Lease) {
+      result.signal.addEventListener('abort', () => (this.#busy = false), { once: true });
+    } else {
+      this.#busy = false;
+    }
+    return result;
+  }
+}
+
+/**
  * One bidi Renew call, one request in flight at a time: the server answers in order, so the next
  * message is the answer to the request just written. A stream that failed, or that the keepalive
  * gave up on, is closed and never reused.
@@ -655,6 +912,42 @@ function trustWindowMs(ttlMs) {
 /** Rounded up: a timer must not fire before the moment it stands for. */
 function msUntil(at) {
   return Math.max(0, Math.ceil(at - performance.now()));
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason as soon as it aborts. */
+function sleepUnlessAborted(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const aborted = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', aborted);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', aborted, { once: true });
+  });
+}
+
+/** Resolves once `promise` settles, either way; rejects with the signal's reason if it aborts first. */
+function settledUnlessAborted(promise, signal) {
+  const settled = promise.then(
+    () => {},
+    () => {},
+  );
+  if (!signal) return settled;
+  return new Promise((resolve, reject) => {
+    const aborted = () => reject(signal.reason);
+    signal.addEventListener('abort', aborted, { once: true });
+    settled.then(() => {
+      signal.removeEventListener('abort', aborted);
+      resolve();
+    });
+  });
 }
 
 /** `promise`, or a DEADLINE_EXCEEDED error at `deadline` (a performance.now() instant). */
@@ -721,6 +1014,8 @@ function holderFrom(info) {
     fencingToken: BigInt(info.fencingToken),
     remainingMs: Number(info.remainingMs),
     expiresAt: dateFrom(info.expiresAt),
+    // Absent from the single-holder fields of a server from before counting leases.
+    shared: info.shared ?? false,
   };
 }
 

@@ -4,7 +4,8 @@
 # apt, the npm packages with `npm ci`. Safe to run again: the second time installs nothing.
 #
 # LEASED_BIN picks the server binary (default: <repo>/target/debug/leased, built if missing).
-# LEASED_NODE_RACE_CONTROL=1 also runs the give-up race with the grace off, expected to orphan.
+# LEASED_NODE_RACE_CONTROL=1 also runs the give-up race without the Release after the cancel,
+# expected to orphan.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,6 +1,6 @@
 // The Node.js client against a real leased on a real redis-server: grant and keepalive,
 // contention, handover to a waiter, loss told by the server (revoke, release by another client),
-// bad input, and the example program.
+// bad input, and the example program (alone, two readers at once, interrupted).
 
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
@@ -158,7 +158,7 @@ test('a caller that times out its wait is told at once and leaves the queue', { 
     );
     const waited = performance.now() - started;
     assert.ok(waited < 1000, `the caller waited ${waited} ms, not the 500 ms it asked for`);
-    // After the give-up grace the call is cancelled and the server drops the waiter.
+    // The give-up cancels the call at once, and the server drops the waiter.
     await waitFor(async () => (await c.describe(name)).waiters === 0, 5000, 'the waiter to leave');
   } finally {
     await holder.release();
@@ -176,6 +176,20 @@ test('the example program acquires, works and releases', { timeout: 60_000 }, as
   assert.match(stdout, /acquired node-example with fencing token \d+/);
   assert.match(stdout, /done; released/);
   assert.equal((await a.describe('node-example')).held, false);
+});
+
+test('two example programs with --read hold the lease together', { timeout: 60_000 }, async () => {
+  const example = fileURLToPath(new URL('../example.js', import.meta.url));
+  const args = [example, '--target', stack.target, '--name', 'node-example-read', '--read'];
+  // Try once (--wait-ms 0) while the other works for 2 s: only a shared grant lets both in.
+  const run = () =>
+    promisify(execFile)(process.execPath, [...args, '--wait-ms', '0', '--work-ms', '2000'], { timeout: 30_000 });
+  const outputs = await Promise.all([run(), run()]);
+  for (const { stdout } of outputs) {
+    assert.match(stdout, /acquired node-example-read \(shared\) with fencing token \d+/);
+    assert.match(stdout, /done; released/);
+  }
+  assert.equal((await a.describe('node-example-read')).held, false);
 });
 
 test('the example program gives its wait up on Ctrl-C', { timeout: 60_000 }, async () => {

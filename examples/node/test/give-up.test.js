@@ -1,19 +1,20 @@
 // 100 waiters giving up at the very moment the holder releases: the server may grant the
-// waiter just before it hears of the give-up. The client must read on for the give-up grace and
-// release such a grant, so that no lease is left held by a caller that gave up.
+// waiter just before it hears of the give-up. The client cancels the call and then releases its
+// own lease id, so that no lease is left held by a caller that gave up, without reading on.
 //
-// LEASED_NODE_RACE_CONTROL=1 also runs the same race with the grace off (cancel at once), which
+// LEASED_NODE_RACE_CONTROL=1 also runs the same race without that Release (cancel only), which
 // is expected to leave some leases orphaned: it shows that the race test can fail.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 
-import { GIVE_UP_GRACE_MS, LeaseClient } from '../leased-client.js';
-import { startStack } from './stack.js';
+import { LeaseClient } from '../leased-client.js';
+import { startStack, waitFor } from './stack.js';
 
 const TRIES = 100;
 const AT_ONCE = 10; // tries run side by side, on distinct names, to keep the test short
+/** How long after a give-up a lease may still be held before it counts as orphaned (TTL 30 s). */
+const SETTLE_MS = 3000;
 let stack;
 
 before(async () => {
@@ -24,13 +25,13 @@ after(async () => {
   await stack?.stop();
 });
 
-/** Runs the race TRIES times with the given grace; returns what happened. */
-async function race(label, giveUpGraceMs) {
+/** Runs the race TRIES times; returns what happened. */
+async function race(label, releaseOnGiveUp) {
   // Holder, waiter and observer each on their own connection, as in three processes.
-  const options = { channelOptions: { 'grpc.use_local_subchannel_pool': 1 } };
-  const holders = new LeaseClient(stack.target, options);
-  const waiters = new LeaseClient(stack.target, { ...options, giveUpGraceMs });
-  const observer = new LeaseClient(stack.target, options);
+  const channelOptions = { 'grpc.use_local_subchannel_pool': 1 };
+  const holders = new LeaseClient(stack.target, { channelOptions });
+  const waiters = new LeaseClient(stack.target, { channelOptions, releaseOnGiveUp });
+  const observer = new LeaseClient(stack.target, { channelOptions });
   const releasedForTheWaiter = new Set();
   waiters.on('abandonedGrant', ({ name, released }) => released && releasedForTheWaiter.add(name));
 
@@ -66,10 +67,12 @@ async function race(label, giveUpGraceMs) {
     }
     assert.equal(outcome.error.name, 'AbortError');
     slowestRejectMs = Math.max(slowestRejectMs, outcome.at - gaveUpAt);
-    await sleep(giveUpGraceMs + 1000);
-    const description = await observer.describe(name);
-    if (description.held) {
-      orphaned.push(`${name} (held by ${description.holders[0].holder})`);
+    const free = async () => !(await observer.describe(name)).held;
+    try {
+      await waitFor(free, SETTLE_MS, `${name} to be free`);
+    } catch {
+      const description = await observer.describe(name);
+      orphaned.push(`${name} (held by ${description.holders[0]?.holder})`);
       await observer.revoke(name, 'orphaned by the race test'); // do not leave it for 30 s
     }
   };
@@ -79,29 +82,29 @@ async function race(label, giveUpGraceMs) {
   }
   await Promise.all([holders, waiters, observer].map((client) => client.close()));
   const summary =
-    `${label}: ${TRIES} tries, ${releasedForTheWaiter.size} granted to the waiter after it gave up ` +
-    `and released by the give-up path, ${orphaned.length} left held by a waiter that gave up, ` +
-    `${grantedBeforeGivingUp} granted before it gave up (not raced); ` +
-    `the caller was told of its give-up within ${slowestRejectMs.toFixed(1)} ms`;
+    `${label}: ${TRIES} tries, ${releasedForTheWaiter.size} granted to the waiter as it gave up ` +
+    `and ended by the Release after the cancel, ${orphaned.length} left held by a waiter that ` +
+    `gave up (orphans ${orphaned.length}/${TRIES}), ${grantedBeforeGivingUp} granted before it ` +
+    `gave up (not raced); the caller was told of its give-up within ${slowestRejectMs.toFixed(1)} ms`;
   console.log(summary);
   return { orphaned, releasedForTheWaiter, slowestRejectMs };
 }
 
-test(`${TRIES} give-ups racing releases leave no lease held`, { timeout: 120_000 }, async () => {
-  const { orphaned, slowestRejectMs } = await race('grace', GIVE_UP_GRACE_MS);
+test(`${TRIES} give-ups racing releases leave no lease held`, { timeout: 180_000 }, async () => {
+  const { orphaned, slowestRejectMs } = await race('cancel-then-release', true);
   assert.deepEqual(orphaned, [], 'leases left held by a waiter that gave up');
-  // The caller is not made to wait for the grace.
+  // The caller is not made to wait for the cancel or the Release.
   assert.ok(slowestRejectMs < 100, `the caller waited ${slowestRejectMs} ms for its own give-up`);
 });
 
 test(
-  'control: without the grace (cancel at once) the same race orphans leases',
+  'control: cancelling without the Release orphans leases in the same race',
   {
-    timeout: 120_000,
+    timeout: 180_000,
     skip: process.env.LEASED_NODE_RACE_CONTROL ? false : 'set LEASED_NODE_RACE_CONTROL=1 to run',
   },
   async () => {
-    const { orphaned } = await race('no-grace', 0);
-    assert.ok(orphaned.length > 0, 'cancelling at once orphaned nothing: the race was not exercised');
+    const { orphaned } = await race('cancel-only', false);
+    assert.ok(orphaned.length > 0, 'cancelling alone orphaned nothing: the race was not exercised');
   },
 );
