@@ -2,9 +2,12 @@
 
     python example.py --target 127.0.0.1:50051 --name demo
     python example.py --target 127.0.0.1:50051 --name workers --limit 3   # one of 3 permits
+    python example.py --target 127.0.0.1:50051 --name config --shared     # a reader
 
 With `--limit N` (N > 1) the lease is a counting lease: up to N copies of this program hold it at
-once, each with its own fencing token, and the N+1st waits for a permit to free.
+once, each with its own fencing token, and the N+1st waits for a permit to free. With `--shared`
+it takes a shared (read) grant: copies with `--shared` hold it together, one without waits for
+them all.
 
 Exit status: 0 when the lease was held for the whole run and released, 1 when it was lost on the
 way, 2 when it stayed busy for the whole wait, 3 on a gRPC error (bad input, server unavailable).
@@ -42,6 +45,8 @@ def parse_args() -> argparse.Namespace:
                         help="how many may hold the lease at once (N > 1: a counting lease)")
     parser.add_argument("--lock-delay-ms", type=int, default=0,
                         help="after an expiry, keep the lease from the next holder this long")
+    parser.add_argument("--shared", action="store_true",
+                        help="a shared (read) grant, beside other shared ones")
     return parser.parse_args()
 
 
@@ -55,13 +60,17 @@ def busy_text(busy: NotGranted) -> str:
 
 
 def print_holders(info: LeaseInfo, own_token: int) -> None:
-    """Describe's answer: the one holder of an exclusive lease, or every permit's holder."""
-    if info.limit <= 1:
+    """Describe's answer: the one holder of an exclusive lease, or every holder of a counting
+    lease's permits or of a shared lease."""
+    if info.limit <= 1 and len(info.holders) <= 1:
         print(f"still held: holder {info.holder!r}, token {info.fencing_token}, "
               f"{info.remaining_ms} ms left")
         return
-    print(f"still held: {len(info.holders)} of {info.limit} permits held, "
-          f"{info.waiters} waiting")
+    if info.limit > 1:
+        print(f"still held: {len(info.holders)} of {info.limit} permits held, "
+              f"{info.waiters} waiting")
+    else:
+        print(f"still held: {len(info.holders)} shared holders, {info.waiters} waiting")
     for holder in info.holders:
         mine = " (this program)" if holder.fencing_token == own_token else ""
         print(f"  holder {holder.holder!r}, token {holder.fencing_token}, "
@@ -75,9 +84,10 @@ def run(args: argparse.Namespace) -> int:
     resource = FencedResource()
 
     with LeaseClient(args.target) as client:
-        permits = f", one of {args.limit} permits" if args.limit > 1 else ""
+        grant_kind = f", one of {args.limit} permits" if args.limit > 1 else ""
+        grant_kind += ", shared" if args.shared else ""
         print(f"acquiring {args.name!r} as {args.holder!r} "
-              f"(ttl {args.ttl_ms} ms, wait {args.wait_ms} ms{permits})")
+              f"(ttl {args.ttl_ms} ms, wait {args.wait_ms} ms{grant_kind})")
         result = client.acquire(
             args.name,
             ttl_ms=args.ttl_ms,
@@ -85,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
             holder=args.holder,
             limit=args.limit,
             lock_delay_ms=args.lock_delay_ms,
+            shared=args.shared,
             on_waiting=lambda busy: print(f"waiting: {busy_text(busy)}"),
         )
         if isinstance(result, NotGranted):
@@ -92,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
 
         with result as lease:
-            print(f"granted: fencing token {lease.fencing_token}{permits}")
+            print(f"granted: fencing token {lease.fencing_token}{grant_kind}")
             resource.write(lease.name, lease.fencing_token, f"written by {args.holder}")
             print(f"wrote with token {lease.fencing_token}: {resource.read(lease.name)!r}")
 

@@ -10,11 +10,21 @@
                 storage.write(..., fencing_token=lease.fencing_token)
 
 `acquire(..., limit=5)` takes one of 5 permits of a counting lease (at most 5 holders at once, each
-with its own `Lease`); `lock_delay_ms` keeps an expired lease from the next holder for a while.
+with its own `Lease`); `acquire(..., shared=True)` a shared (read) grant beside other shared ones;
+`lock_delay_ms` keeps an expired lease from the next holder for a while.
 
-A caller gives up a wait with `acquire(..., cancel=event)` (a `threading.Event`, set from any
-thread) or `timeout_s=`: `acquire` raises `AcquireCancelled` (`AcquireTimeout`) at once, and a
-grant that was already on its way is released in the background, never left held until its TTL.
+Every acquisition sends a lease id of its own (`new_lease_id()`: 128 bits from the OS's CSPRNG),
+which makes it safe to retry and to give up: an Acquire that ends UNAVAILABLE, or whose stream
+ends without an answer, is sent again with the same id (`ACQUIRE_RETRIES` times), and the server
+answers a grant it already made to that id again. A caller gives up a wait with
+`acquire(..., cancel=event)` (a `threading.Event`, set from any thread) or `timeout_s=`: `acquire`
+raises `AcquireCancelled` (`AcquireTimeout`) at once, cancels the call, and then releases the id in
+the background, so that a grant that crossed the give-up is never left held until its TTL.
+
+`lock(name, ...)` is a reentrant lock over a lease, per thread like `threading.RLock`
+(`with lock as hold:`; a nested acquire costs no round trip, the outermost release ends the lease),
+and `rw_lock(name, ...)` a read-write lock over shared grants (`with rw.read() as hold:`,
+`with rw.write() as hold:`).
 
 `watch(name)` follows who holds a lease (a snapshot, then one `WatchEvent` per change: what leader
 election's followers use, see `leader_election.py`); `check_token` asks whether a fencing token
@@ -28,8 +38,10 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
+import math
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import sys
@@ -126,6 +138,8 @@ class HolderInfo:
     fencing_token: int
     #: Until this permit frees unless renewed, lock-delay included; -1 if it has no expiry.
     remaining_ms: int
+    #: A shared (read) grant; False for an exclusive grant and for a permit of a counting lease.
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,42 +215,75 @@ class ListPage:
     next_page_token: Optional[str]
 
 
-#: How long an Acquire call is still read after its caller gave up the wait (see
-#: `LeaseClient.acquire`): a `granted` that the server sent before the give-up reached it arrives
-#: within a round trip, and is then released instead of staying held until its TTL. A second
-#: leaves room for a loaded machine. Meanwhile the caller keeps its place in the line, so a lease
-#: freed in that second goes to it and is released at once, to the next in line.
-GIVE_UP_GRACE_S = 1.0
+#: How many times `acquire` sends an Acquire again, with the same lease id, after one that ended
+#: UNAVAILABLE or without an answer (a connection reset, a server shutting down): enough to ride
+#: out a dropped connection or a replica going away behind a load balancer, few enough that a
+#: server that is really down is reported within a second.
+ACQUIRE_RETRIES = 3
+#: The pause before the first retry; each further retry doubles it (0.05, 0.1, 0.2 s).
+ACQUIRE_RETRY_BACKOFF_S = 0.05
+#: The deadline of the Release that a give-up sends: best effort, so a stalled server delays
+#: nothing but the background clean-up (and `LeaseClient.close()`) by more than this.
+GIVE_UP_RELEASE_TIMEOUT_S = 2.0
 
 # How often a waiting `acquire` looks at its `cancel` event: a `threading.Event` cannot wake a
 # thread that waits for something else, so a give-up is noticed within this long.
 _CANCEL_POLL_S = 0.02
 
+# Errors with which the server refuses an Acquire before granting anything: after such an answer
+# to the first attempt there is nothing to release.
+_REFUSALS = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+})
+
+
+def new_lease_id() -> str:
+    """A lease id of the caller's own for one acquisition (AcquireRequest.lease_id): 32 hex digits,
+    128 bits from the OS's cryptographically secure generator. It is the holder's secret: whoever
+    knows it can renew or release the lease."""
+    return secrets.token_hex(16)
+
 
 class AcquireCancelled(Exception):
     """`acquire` gave up its wait because the caller asked it to: its `cancel` event was set (or,
-    for the subclass `AcquireTimeout`, its `timeout_s` passed) before the server answered.
+    for the subclass `AcquireTimeout`, its `timeout_s` passed) before `acquire` returned.
 
-    It is raised at once. The Acquire call itself goes on in the background for up to
-    `GIVE_UP_GRACE_S`, so that a grant already on its way is released rather than left held until
-    its TTL. `late_grant` (a `concurrent.futures.Future`) resolves when that is over: to the
-    fencing token of a grant that arrived after the give-up and was released, or to None. Most
-    callers ignore it; `LeaseClient.close()` waits for it.
+    It is raised at once. The Acquire call has been cancelled, and a Release of the attempt's lease
+    id goes out in the background, so that a grant that crossed the give-up is released rather
+    than left held until its TTL. `released` (a `concurrent.futures.Future`) resolves when that is
+    over: True if the Release ended such a grant, False if there was none, None if the Release
+    failed (logged; such a grant would stay held until its TTL). Most callers ignore it;
+    `LeaseClient.close()` waits for it.
     """
 
     def __init__(
-        self, name: str, late_grant: Future[Optional[int]], message: Optional[str] = None
+        self, name: str, released: Future[Optional[bool]], message: Optional[str] = None
     ) -> None:
         super().__init__(message or f"gave up waiting for lease {name!r}")
         self.name = name
-        self.late_grant = late_grant
+        self.released = released
 
 
 class AcquireTimeout(AcquireCancelled, TimeoutError):
     """`acquire`'s `timeout_s` passed before the server answered; see `AcquireCancelled`."""
 
-    def __init__(self, name: str, late_grant: Future[Optional[int]]) -> None:
-        super().__init__(name, late_grant, f"timed out waiting for lease {name!r}")
+    def __init__(self, name: str, released: Future[Optional[bool]]) -> None:
+        super().__init__(name, released, f"timed out waiting for lease {name!r}")
+
+
+class LeaseBusy(Exception):
+    """Entering a `ReentrantLock` (`with lock:`) found the lease busy for the lock's whole wait.
+    `not_granted` says who holds it."""
+
+    def __init__(self, not_granted: NotGranted) -> None:
+        super().__init__(f"lease {not_granted.name!r} is busy: held by {not_granted.holder!r} "
+                         f"with token {not_granted.fencing_token}")
+        self.not_granted = not_granted
 
 
 class RenewError(Exception):
@@ -252,12 +299,34 @@ class _GaveUp(Exception):
         self.timed_out = timed_out
 
 
+class _EndedWithoutAnswer(RuntimeError):
+    """The Acquire stream ended OK without `granted` or `not_granted`: a proxy or a server going
+    away cut it short. Retried like UNAVAILABLE; raised (a RuntimeError) once the retries are
+    spent."""
+
+    def __init__(self) -> None:
+        super().__init__("Acquire ended without granted or not_granted")
+
+
+def _retryable(error: BaseException) -> bool:
+    """An Acquire that failed so is sent again with the same lease id; any other error is the
+    answer (bad input, a limit, access control), or says that waiting longer will not help."""
+    if isinstance(error, _EndedWithoutAnswer):
+        return True
+    return _status(error) == grpc.StatusCode.UNAVAILABLE
+
+
+def _status(error: BaseException) -> Optional[grpc.StatusCode]:
+    """The gRPC status code of a failed call; None for anything else."""
+    code = getattr(error, "code", None)
+    return code() if isinstance(error, grpc.RpcError) and callable(code) else None
+
+
 class LeaseClient:
     """A connection to a leased server. Thread-safe; share one per process.
 
     `rpc_timeout_s` bounds every call that should answer quickly (Release, Describe, each renewal,
-    and Acquire beyond its `wait_ms` and the give-up grace), so a stalled server or network never
-    hangs the caller.
+    and Acquire beyond its `wait_ms`), so a stalled server or network never hangs the caller.
     """
 
     def __init__(self, target: str, *, rpc_timeout_s: float = 5.0) -> None:
@@ -265,9 +334,9 @@ class LeaseClient:
         self._stub = pb_grpc.LeaseServiceStub(self._channel)
         self._admin = pb_grpc.LeaseAdminServiceStub(self._channel)
         self._rpc_timeout_s = rpc_timeout_s
-        # Runs the cleanup of the Acquire calls whose callers gave up (`_abandon`). Its threads are
-        # started when needed, and Python waits for them at exit, so a grant that arrives during
-        # the grace is released even if the program ends right after giving up.
+        # Sends the Releases of the acquisitions whose callers gave up (`_give_up`), so that the
+        # caller is answered at once. Its threads are started when needed, and Python waits for
+        # them at exit, so the Release goes out even if the program ends right after giving up.
         self._give_ups = ThreadPoolExecutor(max_workers=64, thread_name_prefix="leased-give-up")
 
     def acquire(
@@ -278,6 +347,7 @@ class LeaseClient:
         holder: str = "",
         *,
         limit: int = 0,
+        shared: bool = False,
         lock_delay_ms: int = 0,
         keepalive: bool = True,
         safety_margin_ms: Optional[int] = None,
@@ -289,23 +359,31 @@ class LeaseClient:
 
         `limit` N > 1 asks for one of N permits of a counting lease: up to N holders at once, each
         with its own `Lease` and fencing token; 0 or 1 is an exclusive lease. Every holder of a
-        name must ask for the same limit. `lock_delay_ms` (0 to 60,000): if this lease ends by
-        expiry (not by release), nobody gets it (this permit) until that long after the expiry.
+        name must ask for the same limit. `shared` asks for a shared (read) grant: shared grants of
+        a name coexist, an exclusive one (the default) excludes every other; only with `limit` 0
+        or 1. `lock_delay_ms` (0 to 60,000): if this lease ends by expiry (not by release), nobody
+        gets it (this permit) until that long after the expiry.
 
         Returns a `Lease` (renewed in the background unless `keepalive` is False, in which case the
         caller renews with `Lease.renew()`), or `NotGranted` naming the holder if the lease stayed
         busy. `on_waiting` is called each time the server reports whom it is waiting on. Raises
         `grpc.RpcError` for bad input (INVALID_ARGUMENT), a `limit` other than the one the name's
         holders use (FAILED_PRECONDITION, naming the limit in force), or an unavailable server
-        (UNAVAILABLE).
+        (UNAVAILABLE, once the retries are spent).
+
+        The acquisition has its own lease id (`new_lease_id()`), sent with the request. An Acquire
+        that ends UNAVAILABLE, or whose stream ends without an answer, is sent again with that id
+        up to `ACQUIRE_RETRIES` times, after a short pause, asking only for the rest of the wait:
+        the server answers a grant it already made to the id again (same token), and a retried
+        wait keeps its place in the line. Other errors are raised at once.
 
         Giving up: setting `cancel` (from any thread) makes `acquire` raise `AcquireCancelled`
         within about 20 ms, and `timeout_s` (the caller's own deadline, unlike `wait_ms`, after
         which the server answers `NotGranted`) makes it raise `AcquireTimeout`, also a
-        `TimeoutError`. A grant that was already on its way is released in the background (see
-        `AcquireCancelled.late_grant`); the caller never holds the lease. Do not use a gRPC
-        deadline or cancel the call for this: that loses such a grant, which then stays held by
-        nobody until its TTL.
+        `TimeoutError`. The call is cancelled, then the lease id released in the background (see
+        `AcquireCancelled.released`): whichever way the give-up raced a grant, the caller never
+        holds the lease. Any other exception on the way (Ctrl-C, one from `on_waiting`, an error
+        after a retry) releases the id the same way before it propagates.
 
         After a long wait (the grant came more than a third of the TTL after the request), the
         lease is renewed once before it is returned, and trusted from that renewal: the server
@@ -315,36 +393,58 @@ class LeaseClient:
         """
         if timeout_s is not None and timeout_s < 0:
             raise ValueError("timeout_s must not be negative")
-        give_up_at = None if timeout_s is None else time.monotonic() + timeout_s
-        request = pb.AcquireRequest(
-            name=name,
-            holder=holder,
-            ttl_ms=ttl_ms,
-            wait_ms=wait_ms,
-            limit=limit,
-            lock_delay_ms=lock_delay_ms,
-        )
         # The server grants no earlier than now, so the lease lasts at least a TTL from here.
         requested_at = time.monotonic()
-        # The gRPC deadline is only a backstop against a server that stops answering: it cancels
-        # the call at the transport, losing a grant on its way, so it lies beyond the wait and
-        # the grace. Callers give up through `cancel` and `timeout_s` instead.
-        call = _AcquireCall(
-            self._stub, request, timeout_s=wait_ms / 1000 + GIVE_UP_GRACE_S + self._rpc_timeout_s
-        )
+        give_up_at = None if timeout_s is None else requested_at + timeout_s
+        wait_ends_at = requested_at + wait_ms / 1000
+        lease_id = new_lease_id()
+        call: Optional[_AcquireCall] = None
+        retries = 0
         try:
-            outcome = _read_outcome(call, on_waiting, cancel, give_up_at)
+            while True:
+                # A retry asks only for what is left of the wait (0: "is it mine?", at once).
+                remaining_wait_ms = max(0, math.ceil((wait_ends_at - time.monotonic()) * 1000))
+                request = pb.AcquireRequest(
+                    name=name,
+                    holder=holder,
+                    ttl_ms=ttl_ms,
+                    wait_ms=min(wait_ms, remaining_wait_ms),
+                    limit=limit,
+                    lock_delay_ms=lock_delay_ms,
+                    shared=shared,
+                    lease_id=lease_id,
+                )
+                # The gRPC deadline is only a backstop against a server that stops answering, past
+                # the wait; callers give up through `cancel` and `timeout_s`.
+                call = _AcquireCall(
+                    self._stub, request, timeout_s=request.wait_ms / 1000 + self._rpc_timeout_s
+                )
+                try:
+                    outcome = _read_outcome(call, on_waiting, cancel, give_up_at)
+                    break
+                except Exception as error:
+                    if not _retryable(error) or retries == ACQUIRE_RETRIES:
+                        raise
+                    retries += 1
+                    logger.info(
+                        "Acquire of %r failed (%s): retry %d of %d with the same lease id",
+                        name, _describe_error(error), retries, ACQUIRE_RETRIES,
+                    )
+                    _pause(ACQUIRE_RETRY_BACKOFF_S * 2 ** (retries - 1), cancel, give_up_at)
         except _GaveUp as gave_up:
-            late_grant = self._abandon(call)
+            released = self._give_up(name, lease_id, call)
             raise (
-                AcquireTimeout(name, late_grant)
+                AcquireTimeout(name, released)
                 if gave_up.timed_out
-                else AcquireCancelled(name, late_grant)
+                else AcquireCancelled(name, released)
             ) from None
-        except BaseException:
-            # The call failed (then nothing was granted), or the caller was interrupted (Ctrl-C,
-            # an exception from `on_waiting`): then a grant may still come, and is released.
-            self._abandon(call)
+        except BaseException as error:
+            # Unless the server refused the first attempt, a grant may exist: the call failed with
+            # its outcome unknown, or after a retry (an earlier attempt may have been granted), or
+            # the caller was interrupted (Ctrl-C, an exception from `on_waiting`).
+            refused = retries == 0 and _status(error) in _REFUSALS
+            if not refused:
+                self._give_up(name, lease_id, call)
             raise
         if isinstance(outcome, pb.NotGranted):
             return _not_granted(name, outcome)
@@ -355,6 +455,7 @@ class LeaseClient:
             requested_at=requested_at,
             safety_margin_ms=safety_margin_ms,
             rpc_timeout_s=self._rpc_timeout_s,
+            shared=shared,
         )
         if time.monotonic() - requested_at > lease.renew_period_s():
             # A long wait: "a TTL after the request" may be nearly over although the grant is
@@ -379,41 +480,75 @@ class LeaseClient:
             lease.start_keepalive()
         return lease
 
-    def _abandon(self, call: _AcquireCall) -> Future[Optional[int]]:
-        """Cleans up an Acquire call whose caller left: in the background, reads it for up to
-        `GIVE_UP_GRACE_S` (ending early at its terminal message or its end), releases a grant that
-        arrives or that the caller had read already, and only then cancels the call. The future
-        resolves to the released grant's fencing token, or None."""
-        if call.ended and not isinstance(call.terminal, pb.Granted):
-            nothing: Future[Optional[int]] = Future()
-            nothing.set_result(None)
-            return nothing
-        return self._give_ups.submit(self._clean_up, call)
+    def lock(
+        self,
+        name: str,
+        ttl_ms: int,
+        wait_ms: int = 0,
+        holder: str = "",
+        *,
+        lock_delay_ms: int = 0,
+        safety_margin_ms: Optional[int] = None,
+    ) -> ReentrantLock:
+        """A reentrant lock over the exclusive lease `name`, per thread like `threading.RLock`:
+        `with lock as hold:` acquires (waiting up to `wait_ms`; `LeaseBusy` if it stays busy), and
+        the same thread entering it again inside costs no round trip. See `ReentrantLock`."""
+        return ReentrantLock(
+            self, name, ttl_ms, wait_ms, holder,
+            lock_delay_ms=lock_delay_ms, safety_margin_ms=safety_margin_ms,
+        )
 
-    def _clean_up(self, call: _AcquireCall) -> Optional[int]:
-        try:
-            granted = call.wait_for_grant(GIVE_UP_GRACE_S)
-            if granted is None:
-                return None
-            try:
-                self._stub.Release(
-                    pb.ReleaseRequest(name=granted.name, lease_id=granted.lease_id),
-                    timeout=self._rpc_timeout_s,
-                )
-            except grpc.RpcError as error:
-                logger.warning(
-                    "lease %r (token %d) was granted after its caller gave up, and releasing it "
-                    "failed (%s): it stays held until its TTL",
-                    granted.name, granted.fencing_token, _describe_error(error),
-                )
-                raise
-            logger.info(
-                "lease %r (token %d) was granted after its caller gave up: released",
-                granted.name, granted.fencing_token,
-            )
-            return granted.fencing_token
-        finally:
+    def rw_lock(
+        self,
+        name: str,
+        ttl_ms: int,
+        wait_ms: int = 0,
+        holder: str = "",
+        *,
+        lock_delay_ms: int = 0,
+        safety_margin_ms: Optional[int] = None,
+    ) -> ReadWriteLock:
+        """A read-write lock over `name`: `with rw.read() as hold:` takes a shared grant, beside
+        other readers; `with rw.write() as hold:` an exclusive one. See `ReadWriteLock`."""
+        return ReadWriteLock(
+            self, name, ttl_ms, wait_ms, holder,
+            lock_delay_ms=lock_delay_ms, safety_margin_ms=safety_margin_ms,
+        )
+
+    def _give_up(
+        self, name: str, lease_id: str, call: Optional[_AcquireCall]
+    ) -> Future[Optional[bool]]:
+        """Ends an acquisition whose caller will not take the lease: cancels the call at once (the
+        server then takes the caller out of the line), then releases `lease_id` in the background,
+        which ends a grant that crossed the cancel, whichever way the race went. The future
+        resolves to Release's answer, or None if the Release failed."""
+        if call is not None:
             call.cancel()
+            if isinstance(call.terminal, pb.NotGranted):
+                # Answered `not_granted`, which the server never answers an id that holds the
+                # name: nothing to release.
+                nothing: Future[Optional[bool]] = Future()
+                nothing.set_result(False)
+                return nothing
+        return self._give_ups.submit(self._release_given_up, name, lease_id)
+
+    def _release_given_up(self, name: str, lease_id: str) -> Optional[bool]:
+        """The Release of a give-up. Best effort: a failure is logged, never raised, as the
+        caller has moved on; a grant it misses stays held until its TTL."""
+        try:
+            answer = self._stub.Release(
+                pb.ReleaseRequest(name=name, lease_id=lease_id),
+                timeout=min(GIVE_UP_RELEASE_TIMEOUT_S, self._rpc_timeout_s),
+            )
+        except Exception as error:  # grpc.RpcError, or ValueError on a closed channel
+            logger.warning(
+                "releasing lease %r after its caller gave up failed (%s): if it was granted, it "
+                "stays held until its TTL", name, _describe_error(error),
+            )
+            return None
+        if answer.released:
+            logger.info("lease %r was granted as its caller gave up: released", name)
+        return answer.released
 
     def describe(self, name: str) -> LeaseInfo:
         """Who holds `name` now (every holder of a counting lease), as anyone may ask."""
@@ -492,8 +627,8 @@ class LeaseClient:
 
     def close(self) -> None:
         """Closes the channel; leases still held stop renewing and expire at their TTL. First
-        waits (up to `GIVE_UP_GRACE_S` and a Release) for the Acquire calls given up lately, so
-        that a grant they bring is still released."""
+        waits (up to `GIVE_UP_RELEASE_TIMEOUT_S`) for the Releases of acquisitions given up lately,
+        so that a grant that crossed a give-up is still released."""
         self._give_ups.shutdown(wait=True)
         self._channel.close()
 
@@ -547,7 +682,10 @@ class Watch:
 
 def _holders(holders: Iterable[pb.HolderInfo]) -> tuple[HolderInfo, ...]:
     return tuple(
-        HolderInfo(holder=h.holder, fencing_token=h.fencing_token, remaining_ms=h.remaining_ms)
+        HolderInfo(
+            holder=h.holder, fencing_token=h.fencing_token, remaining_ms=h.remaining_ms,
+            shared=h.shared,
+        )
         for h in holders
     )
 
@@ -597,8 +735,7 @@ def _not_granted(name: str, busy: pb.Waiting | pb.NotGranted) -> NotGranted:
 
 class _AcquireCall:
     """One Acquire call, read on its own thread into a queue, so that the caller can wait for the
-    next message with a timeout (and so give up at any moment), and so that the call can outlive
-    a caller who gave up (`LeaseClient._abandon`)."""
+    next message with a timeout, and so give up at any moment."""
 
     def __init__(
         self, stub: pb_grpc.LeaseServiceStub, request: pb.AcquireRequest, timeout_s: float
@@ -627,24 +764,6 @@ class _AcquireCall:
             raise item
         return item
 
-    def wait_for_grant(self, grace_s: float) -> Optional[pb.Granted]:
-        """For a caller who gave up: the grant this call brought, or brings within `grace_s`."""
-        deadline = time.monotonic() + grace_s
-        while self.terminal is None and not self.ended:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            try:
-                response = self.next(remaining)
-            except queue.Empty:
-                break
-            except Exception:  # the call failed: nothing was granted
-                break
-            kind = None if response is None else response.WhichOneof("result")
-            if kind in ("granted", "not_granted"):
-                self.terminal = getattr(response, kind)
-        return self.terminal if isinstance(self.terminal, pb.Granted) else None
-
     def cancel(self) -> None:
         self._call.cancel()
 
@@ -665,7 +784,8 @@ def _read_outcome(
 ) -> pb.Granted | pb.NotGranted:
     """Reads an Acquire call to its end and returns its terminal message. Raises `_GaveUp` as soon
     as `cancel` is set or `give_up_at` passes, also after the terminal message was read: a caller
-    who gave up before `acquire` returned never gets the lease."""
+    who gave up before `acquire` returned never gets the lease. Raises the error that ended the
+    call before its terminal message, or `_EndedWithoutAnswer`."""
     # Read to the end of the stream rather than returning at the terminal message: the call then
     # finishes with OK instead of being cancelled, which the server could take for a waiter that
     # gave up.
@@ -683,6 +803,10 @@ def _read_outcome(
             response = call.next(timeout_s)
         except queue.Empty:
             continue
+        except Exception:
+            if call.terminal is not None:
+                break  # the answer was read: a connection lost after it changes nothing
+            raise
         if response is None:
             break
         kind = response.WhichOneof("result")
@@ -696,8 +820,23 @@ def _read_outcome(
         else:
             raise RuntimeError(f"Acquire sent an unknown message: {response}")
     if call.terminal is None:
-        raise RuntimeError("Acquire ended without granted or not_granted")
+        raise _EndedWithoutAnswer()
     return call.terminal
+
+
+def _pause(seconds: float, cancel: Optional[threading.Event], give_up_at: Optional[float]) -> None:
+    """Sleeps before a retry; raises `_GaveUp` if the caller gives up meanwhile."""
+    until = time.monotonic() + seconds
+    if give_up_at is not None and give_up_at <= until:
+        if cancel is not None and cancel.wait(max(0.0, give_up_at - time.monotonic())):
+            raise _GaveUp(timed_out=False)
+        time.sleep(max(0.0, give_up_at - time.monotonic()))
+        raise _GaveUp(timed_out=True)
+    if cancel is not None:
+        if cancel.wait(seconds):
+            raise _GaveUp(timed_out=False)
+    else:
+        time.sleep(seconds)
 
 
 _NO_RENEWAL = "no renewal succeeded before the lease could expire"
@@ -724,11 +863,15 @@ class Lease:
         requested_at: float,
         safety_margin_ms: Optional[int],
         rpc_timeout_s: float,
+        shared: bool = False,
     ) -> None:
         self.name: str = granted.name
+        # The acquisition's own id (`new_lease_id()`), which the server answered with.
         self.lease_id: str = granted.lease_id
         self.fencing_token: int = granted.fencing_token
         self.ttl_ms: int = granted.ttl_ms
+        #: A shared (read) grant (`acquire(..., shared=True)`).
+        self.shared = shared
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
         # The margin covers clocks that tick at slightly different rates on client and server.
@@ -816,7 +959,12 @@ class Lease:
     def __repr__(self) -> str:
         # Never show the lease_id: it is the holder's secret.
         state = "lost" if self.lost.is_set() else "released" if self._released.is_set() else "held"
-        return f"Lease(name={self.name!r}, fencing_token={self.fencing_token}, {state})"
+        mode = ", shared" if self.shared else ""
+        return f"Lease(name={self.name!r}, fencing_token={self.fencing_token}{mode}, {state})"
+
+    def _holds(self) -> bool:
+        """Neither lost nor released: a nested acquire of a `ReentrantLock` may reuse it."""
+        return not self.lost.is_set() and not self._released.is_set()
 
     def _confirm(self) -> bool:
         """The renewal `acquire` makes after a long wait, before the keepalive starts: True if
@@ -943,6 +1091,275 @@ class Lease:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+
+
+class ReentrantLock:
+    """A lease as a reentrant lock, owned per thread like `threading.RLock` (`LeaseClient.lock`,
+    and the two locks of a `ReadWriteLock`).
+
+        lock = client.lock("nightly-report", ttl_ms=15_000, wait_ms=60_000)
+        with lock as hold:                 # Acquire (LeaseBusy if still busy after wait_ms)
+            with lock as inner:            # same thread: no round trip; inner.lease is hold.lease
+                ...
+            # still held: only the outermost level releases
+        # released, keepalive stopped
+
+    A thread's first acquire asks the server (`LeaseClient.acquire`, with its own lease id, its
+    retries and its give-up); while that lease holds, the same thread acquiring again gets a new
+    level of it at once. Each level is a `LockHold`: the lease's guard, whose `release()` (or the
+    end of its `with` block) ends that level only; the last level's release releases the lease
+    and stops its keepalive. Another thread acquiring the same lock is another owner: it asks the
+    server and waits in line like any other caller.
+
+    The guard's loss ends every level: `lost` is one event, set for all of them, exactly as on a
+    plain `Lease`. Afterwards an acquire by the same thread asks the server for a new lease rather
+    than nesting in the lost one; releasing the lost levels costs nothing but a Release that
+    answers False.
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        name: str,
+        ttl_ms: int,
+        wait_ms: int = 0,
+        holder: str = "",
+        *,
+        shared: bool = False,
+        lock_delay_ms: int = 0,
+        safety_margin_ms: Optional[int] = None,
+    ) -> None:
+        self.name = name
+        self.ttl_ms = ttl_ms
+        self.wait_ms = wait_ms
+        self.holder = holder
+        self.shared = shared
+        self._client = client
+        self._lock_delay_ms = lock_delay_ms
+        self._safety_margin_ms = safety_margin_ms
+        # Guards `_holdings`; never held across a round trip.
+        self._mutex = threading.Lock()
+        # Each owning thread's lease and how many of its levels are held, by thread id.
+        self._holdings: dict[int, _Holding] = {}
+        # The other mode of a `ReadWriteLock`: this thread may not hold both.
+        self._other_mode: Optional[ReentrantLock] = None
+        # The levels entered with `with lock:`, per thread, innermost last, for `__exit__`.
+        self._entered = threading.local()
+
+    def acquire(
+        self,
+        wait_ms: Optional[int] = None,
+        *,
+        on_waiting: Optional[Callable[[NotGranted], None]] = None,
+        cancel: Optional[threading.Event] = None,
+        timeout_s: Optional[float] = None,
+    ) -> LockHold | NotGranted:
+        """A new level of the calling thread's lease: at once if the thread holds the lock (and the
+        lease is neither lost nor released), else from the server, waiting up to `wait_ms` (the
+        lock's own by default), with `LeaseClient.acquire`'s `on_waiting`, `cancel`, `timeout_s`
+        and errors. `NotGranted` if the lease stayed busy.
+
+        Raises RuntimeError when the thread holds the other mode of the same `ReadWriteLock`: there
+        is no upgrade or downgrade (it would wait for itself); release, then acquire again."""
+        me = threading.get_ident()
+        with self._mutex:
+            holding = self._holdings.get(me)
+            if holding is not None and holding.lease._holds():
+                holding.levels += 1
+                return LockHold(self, holding)
+        if self._other_mode is not None and self._other_mode._held_by(me):
+            want, have = ("read", "write") if self.shared else ("write", "read")
+            raise RuntimeError(
+                f"this thread holds the {have} lock of {self.name!r}: no {want} lock beside it "
+                f"(no upgrade or downgrade); release the {have} lock, then acquire the {want} lock"
+            )
+        result = self._client.acquire(
+            self.name,
+            ttl_ms=self.ttl_ms,
+            wait_ms=self.wait_ms if wait_ms is None else wait_ms,
+            holder=self.holder,
+            shared=self.shared,
+            lock_delay_ms=self._lock_delay_ms,
+            safety_margin_ms=self._safety_margin_ms,
+            on_waiting=on_waiting,
+            cancel=cancel,
+            timeout_s=timeout_s,
+        )
+        if isinstance(result, NotGranted):
+            return result
+        holding = _Holding(owner=me, lease=result, levels=1)
+        with self._mutex:
+            # A lost lease of this thread's, if any, lives on in its levels until they release.
+            self._holdings[me] = holding
+        return LockHold(self, holding)
+
+    def held_levels(self) -> int:
+        """How many levels the calling thread holds of a lease that still holds (0: none)."""
+        with self._mutex:
+            holding = self._holdings.get(threading.get_ident())
+            return holding.levels if holding is not None and holding.lease._holds() else 0
+
+    def __enter__(self) -> LockHold:
+        """Acquires a level with the lock's wait; raises `LeaseBusy` if the lease stayed busy."""
+        result = self.acquire()
+        if isinstance(result, NotGranted):
+            raise LeaseBusy(result)
+        entered = self._entered.__dict__.setdefault("levels", [])
+        entered.append(result)
+        return result
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._entered.levels.pop().release()
+
+    def __repr__(self) -> str:
+        mode = ", shared" if self.shared else ""
+        return f"ReentrantLock(name={self.name!r}{mode}, held_levels={self.held_levels()})"
+
+    def _held_by(self, thread_id: int) -> bool:
+        with self._mutex:
+            holding = self._holdings.get(thread_id)
+            return holding is not None and holding.lease._holds()
+
+    def _release_level(self, holding: _Holding) -> bool:
+        """Ends one level of `holding`; the last one releases its lease (True if that ended it)."""
+        with self._mutex:
+            holding.levels -= 1
+            if holding.levels > 0:
+                return False
+            if self._holdings.get(holding.owner) is holding:
+                del self._holdings[holding.owner]
+        return holding.lease.release()
+
+
+@dataclass
+class _Holding:
+    """One thread's lease of a `ReentrantLock`, and how many of its levels are held."""
+
+    owner: int
+    lease: Lease
+    levels: int
+
+
+class LockHold:
+    """One level of a `ReentrantLock` held: the guard of the lease underneath, as a `Lease` gives
+    it (`lost`, `lost_reason`, `fencing_token`, `trusted_for_s()`, `renew()`; `lease` is the
+    `Lease` itself, shared by every level of it), whose `release()` ends this level only. Check
+    `lost` before each piece of protected work and pass `fencing_token` with every write."""
+
+    def __init__(self, lock: ReentrantLock, holding: _Holding) -> None:
+        self.lease = holding.lease
+        self._lock = lock
+        self._holding = holding
+        self._released = False
+        self._release_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.lease.name
+
+    @property
+    def fencing_token(self) -> int:
+        return self.lease.fencing_token
+
+    @property
+    def shared(self) -> bool:
+        return self.lease.shared
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set for good when the lease may be gone: for every level at once."""
+        return self.lease.lost
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return self.lease.lost_reason
+
+    def trusted_for_s(self) -> float:
+        return self.lease.trusted_for_s()
+
+    def renew(self) -> bool:
+        return self.lease.renew()
+
+    def release(self) -> bool:
+        """Ends this level (idempotent; from any thread). The last level of the lease releases it
+        and stops its keepalive: True if that ended the lease; False for an inner level, a level
+        already released, or a lease that was no longer held."""
+        with self._release_lock:
+            if self._released:
+                return False
+            self._released = True
+        return self._lock._release_level(self._holding)
+
+    def __enter__(self) -> LockHold:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"LockHold({self.lease!r})"
+
+
+class ReadWriteLock:
+    """A read-write lock over the lease `name` (`LeaseClient.rw_lock`): `read()` is a
+    `ReentrantLock` of shared grants, which coexist; `write()` one of exclusive grants, which
+    exclude every other. Both queue in one line at the server, first come, first served: a waiting
+    writer holds back the readers that come after it, so readers never starve a writer.
+
+        rw = client.rw_lock("config", ttl_ms=10_000, wait_ms=30_000)
+        with rw.read() as hold:            # beside other readers
+            value = load(fencing_token=hold.fencing_token)
+        with rw.write() as hold:           # alone
+            store(value, fencing_token=hold.fencing_token)
+
+    Each is reentrant per thread, as `ReentrantLock`. There is no upgrade (read to write) or
+    downgrade (write to read): a thread that holds one and asks for the other gets RuntimeError
+    instead of waiting for itself. Release, then acquire again (and re-read what you read: another
+    writer may have come between). Fence writes with the largest exclusive token the resource has
+    seen; a shared token orders a read after the writes before it.
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        name: str,
+        ttl_ms: int,
+        wait_ms: int = 0,
+        holder: str = "",
+        *,
+        lock_delay_ms: int = 0,
+        safety_margin_ms: Optional[int] = None,
+    ) -> None:
+        self.name = name
+        self._read, self._write = (
+            ReentrantLock(
+                client, name, ttl_ms, wait_ms, holder, shared=shared,
+                lock_delay_ms=lock_delay_ms, safety_margin_ms=safety_margin_ms,
+            )
+            for shared in (True, False)
+        )
+        self._read._other_mode, self._write._other_mode = self._write, self._read
+
+    def read(self) -> ReentrantLock:
+        """The read lock: shared grants (`with rw.read() as hold:`)."""
+        return self._read
+
+    def write(self) -> ReentrantLock:
+        """The write lock: exclusive grants (`with rw.write() as hold:`)."""
+        return self._write
+
+    def __repr__(self) -> str:
+        return f"ReadWriteLock(name={self.name!r})"
 
 
 class _RenewStream:
