@@ -25,7 +25,8 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_MAX_WAIT", default_value = "10m", value_parser = humantime::parse_duration)]
     pub max_wait: Duration,
 
-    /// Most permits a counting lease may have (Acquire's `limit`); more get INVALID_ARGUMENT.
+    /// Most permits a counting lease may have (Acquire's `limit`; more get INVALID_ARGUMENT), and
+    /// most shared grants of a read-write lease at once (more get RESOURCE_EXHAUSTED).
     #[arg(long, env = "LEASED_MAX_LIMIT", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_limit: u32,
 
