@@ -594,3 +594,63 @@ async fn shutdown_ends_the_wait() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(store.waiters().count(), 0);
 }
+
+/// Readers waiting behind a writer are all granted at its release, together, and the writer
+/// queued behind them is granted only when the last of them has released; a reader that came
+/// after that writer waits for it.
+#[tokio::test(start_paused = true)]
+async fn readers_behind_a_writer_are_granted_together_and_the_next_writer_waits_for_them() {
+    let store = test_replica(16);
+    let (holder_id, _) = hold(&store, 60_000).await;
+    let shared = |wait_ms| ValidatedAcquire {
+        shared: true,
+        ..request(60_000, wait_ms)
+    };
+    let mut readers = Vec::new();
+    for position in 1..=3 {
+        let mut events = acquire(store.clone(), shared(60_000), Shutdown::never());
+        assert_eq!(next_waiting(&mut events).await.0, position);
+        readers.push(events);
+    }
+    let mut writer = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    assert_eq!(next_waiting(&mut writer).await.0, 4);
+    let mut late_reader = acquire(store.clone(), shared(60_000), Shutdown::never());
+    assert_eq!(next_waiting(&mut late_reader).await.0, 5);
+
+    assert!(store.release(&name(), &holder_id).await.unwrap());
+    let mut grants = Vec::new();
+    for events in &mut readers {
+        // Their positions may move first; then the grant, with no time passing.
+        let grant = loop {
+            match events.recv().await.unwrap().unwrap() {
+                AcquireEvent::Waiting(_) => continue,
+                AcquireEvent::Granted(delivery) => break delivery.deliver(),
+                other => panic!("expected a grant, got {other:?}"),
+            }
+        };
+        grants.push(grant);
+    }
+    assert_eq!(store.describe(&name()).await.unwrap().holders.len(), 3);
+    for grant in &grants[..2] {
+        assert!(store.release(&name(), &grant.lease_id).await.unwrap());
+    }
+    // Two of three readers gone: the writer still waits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    while let Ok(event) = writer.try_recv() {
+        assert!(matches!(event, Ok(AcquireEvent::Waiting(_))), "{event:?}");
+    }
+    assert!(store.release(&name(), &grants[2].lease_id).await.unwrap());
+    let written = loop {
+        match writer.recv().await.unwrap().unwrap() {
+            AcquireEvent::Waiting(_) => continue,
+            AcquireEvent::Granted(delivery) => break delivery.deliver(),
+            other => panic!("expected the writer granted, got {other:?}"),
+        }
+    };
+    assert!(written.fencing_token > grants[2].fencing_token);
+    // The late reader still waits for the writer.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    while let Ok(event) = late_reader.try_recv() {
+        assert!(matches!(event, Ok(AcquireEvent::Waiting(_))), "{event:?}");
+    }
+}
