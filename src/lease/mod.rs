@@ -241,6 +241,9 @@ pub enum AcquireOutcome {
     /// The caller's own lease id was released lately ([`ENDED_LEASE_ID_KEPT`]): its caller gave
     /// up, or the id is being reused.
     LeaseIdEnded,
+    /// A retry with the same own lease id took this waiting call's place in line: the call is
+    /// over (its caller went on with the retry).
+    Superseded,
 }
 
 /// Where this replica's waiters of one name stand: who holds the lease and, for each entry asked

@@ -140,6 +140,7 @@ on_both_stores!(
     shared_with_a_limit_is_refused,
     a_retry_with_the_same_id_is_answered_the_same_grant,
     a_retried_wait_keeps_its_place_in_line,
+    a_retry_ends_the_call_it_took_the_place_of,
     a_bad_own_lease_id_is_invalid_argument_naming_lease_id,
     give_ups_by_cancel_and_release_leave_no_orphans,
 );

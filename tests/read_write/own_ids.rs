@@ -2,6 +2,7 @@
 //! its place in line, and a bad id is refused without being echoed.
 
 use leased::proto::AcquireRequest;
+use tokio_stream::StreamExt;
 use tonic::Code;
 
 use super::*;
@@ -101,4 +102,40 @@ pub async fn a_bad_own_lease_id_is_invalid_argument_naming_lease_id(replicas: &R
     let shortest = "A-z_9".repeat(5)[..22].to_owned();
     let grant = must_acquire_request(&mut client, with_id("own/bad", "holder", &shortest, 0)).await;
     assert_eq!(grant.lease_id, shortest);
+}
+
+/// A retry that comes while the first call still waits takes its place, and the first call ends
+/// (FAILED_PRECONDITION) instead of taking the place back.
+pub async fn a_retry_ends_the_call_it_took_the_place_of(replicas: &Replicas) {
+    let name = "own/superseded";
+    let mut holder = replicas.client(0).await;
+    let held = take(&mut holder, name, "holder", false).await;
+    let id = own_id();
+    let mut first = replicas.client(1).await;
+    let (mut first_stream, waiting) =
+        start_waiting_request(&mut first, with_id(name, "first", &id, 60_000)).await;
+    assert_eq!(waiting.position, 1);
+    let mut retry = replicas.client(2).await;
+    let (mut retry_stream, waiting) =
+        start_waiting_request(&mut retry, with_id(name, "first", &id, 60_000)).await;
+    assert_eq!(waiting.position, 1);
+
+    let ended = tokio::time::timeout(SOON, async {
+        loop {
+            match first_stream.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(status)) => return status,
+                None => panic!("the first call ended without a status"),
+            }
+        }
+    })
+    .await
+    .expect("the first call did not end");
+    assert_eq!(ended.code(), Code::FailedPrecondition, "{ended:?}");
+    assert!(ended.message().contains("lease_id"), "{ended:?}");
+    assert_eq!(describe(&mut holder, name).await.waiters, 1);
+
+    assert!(release(&mut holder, &held).await);
+    let granted = granted_within(&mut retry_stream, "the retry").await;
+    assert_eq!(granted.lease_id, id);
 }

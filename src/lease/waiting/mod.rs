@@ -261,6 +261,10 @@ fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
             "lease_id: this lease id was released lately; a new acquisition takes a new id"
                 .to_owned(),
         ),
+        AcquireOutcome::Superseded => Error::FailedPrecondition(
+            "lease_id: a newer Acquire with this lease id took this call's place in line"
+                .to_owned(),
+        ),
         AcquireOutcome::TooManyShared { limit } => Error::ResourceExhausted(format!(
             "shared: {limit} shared grants hold this lease already, the most a name may have \
              (--max-limit)"

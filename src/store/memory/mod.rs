@@ -99,14 +99,23 @@ impl MemoryStore {
             return (outcome, false);
         }
         let own_id = request.lease_id.as_ref().map(|id| id.expose().to_owned());
-        let earlier = own_id.as_ref().and_then(|id| {
+        let place = own_id.as_ref().and_then(|id| {
             let place = state.places.get(name.as_str())?.get(id)?;
-            (place.until > now).then(|| (place.arrival, place.entry.clone(), place.until))
+            (place.until > now).then_some(place)
         });
-        if let Some((_, earlier_entry, _)) = &earlier {
-            // The earlier call's entry, if still there: this one replaces it.
-            state.remove_entries(name, std::slice::from_ref(earlier_entry));
+        if place.is_some_and(|place| place.replaced.as_deref() == Some(entry)) {
+            // A retry took this call's place: this call is over, and must not take the place
+            // back (the two would take it from each other for ever).
+            return (AcquireOutcome::Superseded, false);
         }
+        let earlier = place.map(|place| (place.arrival, place.entry.clone(), place.until));
+        // The earlier call's entry, if still there: this one replaces it.
+        let replaced = match &earlier {
+            Some((_, earlier_entry, _)) if earlier_entry != entry => state
+                .remove_entries(name, std::slice::from_ref(earlier_entry))
+                .then(|| earlier_entry.clone()),
+            _ => None,
+        };
         if state.in_line(name) >= self.max_waiters_per_name {
             let outcome = AcquireOutcome::QueueFull {
                 limit: self.max_waiters_per_name,
@@ -118,17 +127,20 @@ impl MemoryStore {
             None => (state.next_arrival(), now + request.wait),
         };
         state.insert_entry(name, arrival, entry);
+        let took_a_place = replaced.is_some();
         if let Some(id) = own_id {
             let places = state.places.entry(name.as_str().to_owned()).or_default();
             let place = Place {
                 arrival,
                 entry: entry.to_owned(),
                 until,
+                replaced,
             };
             places.insert(id, place);
         }
         let position = state.rank(name, entry).map_or(0, |rank| rank as u32 + 1);
-        let moved = (position as usize) < state.in_line(name);
+        // Back at an earlier place: those behind moved, and the call it took it from learns so.
+        let moved = took_a_place || (position as usize) < state.in_line(name);
         let outcome = AcquireOutcome::Busy {
             occupancy,
             position,

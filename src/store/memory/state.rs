@@ -75,6 +75,8 @@ pub(super) struct Place {
     pub(super) entry: String,
     /// When its first wait would have ended: the place is kept until then.
     pub(super) until: Instant,
+    /// The entry of the earlier call whose place this one took: that call is over.
+    pub(super) replaced: Option<String>,
 }
 
 /// A revoked grant, remembered so that its holder learns why it lost the lease.

@@ -436,3 +436,26 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
         "{outcome:?}"
     );
 }
+
+/// Two calls waiting with one own lease id (a retry that came while the first call was still
+/// waiting): the retry takes the place, and the first call, coming back to it, is told it is
+/// over instead of taking it back.
+#[tokio::test(start_paused = true)]
+async fn a_retry_takes_the_place_of_the_call_it_retries_for_good() {
+    let store = test_replica(16);
+    take(&store, &mode_request(false, None, 0)).await;
+    let own = "own-lease-id-for-a-test-0002";
+    let id = crate::lease::limits::parse_own_lease_id(own).unwrap();
+    let waiting = mode_request(false, Some(own), 60_000);
+    let first = store.try_acquire(&waiting, &id, Some("a:1")).await.unwrap();
+    assert!(matches!(first, AcquireOutcome::Busy { position: 1, .. }));
+    let retry = store.try_acquire(&waiting, &id, Some("b:1")).await.unwrap();
+    assert!(
+        matches!(retry, AcquireOutcome::Busy { position: 1, .. }),
+        "{retry:?}"
+    );
+    assert_eq!(store.queued_here(&name()).await.unwrap(), ["b:1"]);
+    let back = store.try_acquire(&waiting, &id, Some("a:1")).await.unwrap();
+    assert_eq!(back, AcquireOutcome::Superseded);
+    assert_eq!(store.queued_here(&name()).await.unwrap(), ["b:1"]);
+}

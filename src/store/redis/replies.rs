@@ -108,6 +108,7 @@ impl Reply<'_> {
                 limit: self.count(1)?,
             }),
             5 => Ok(AcquireOutcome::LeaseIdEnded),
+            6 => Ok(AcquireOutcome::Superseded),
             _ => {
                 let mut occupancy = self.occupancy(2)?;
                 occupancy.due = self.count(2 + OCCUPANCY_FIELDS)?;

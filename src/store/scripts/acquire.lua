@@ -14,7 +14,8 @@
 -- KEYS[5]  <prefix>{name}:permits   sorted set: a counting lease's permits (prelude.lua)
 -- KEYS[6]  <prefix>{name}:holders   hash: a counting lease's permit records and limit (prelude.lua)
 -- KEYS[7]  <prefix>{name}:places    hash: the place in line of each caller that chose its lease
---                                   id: its digest -> '<score> <until_ms> <entry>', so that a
+--                                   id: its digest -> '<score> <until_ms> <entry> <replaced>'
+--                                   (replaced: the earlier call's entry it took over), so that a
 --                                   retry of its wait (a new entry, perhaps of another replica)
 --                                   takes the same place until its first wait would have ended;
 --                                   expires with the queue
@@ -37,6 +38,8 @@
 --          {3, limit}                          the holders were granted with this other limit
 --          {4, most}                           shared: `most` shared grants hold the name already
 --          {5}                                 the caller's own lease id was released lately
+--          {6}                                 a retry with the same lease id took this entry's
+--                                              place in line: this call is over
 --
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
@@ -211,14 +214,20 @@ end
 if not rank then
   local size = redis.call('ZCARD', queue)
   local place = own_id and redis.call('HGET', places, lease_id)
-  local score, until_ms, earlier
+  local score, until_ms, earlier, replaced
   if place then
-    score, until_ms, earlier = string.match(place, '^(%d+) (%d+) (.*)$')
+    score, until_ms, earlier, replaced = string.match(place, '^(%d+) (%d+) (%S+) ?(%S*)$')
     score, until_ms = tonumber(score), tonumber(until_ms)
     if not until_ms or until_ms <= now_ms then
       score, earlier = nil, nil
-    elseif earlier and redis.call('ZREM', queue, earlier) == 1 then
+    elseif replaced == entry then
+      -- A retry took this call's place: this call is over (its caller went on with the retry),
+      -- and must not take the place back (the two would take it from each other for ever).
+      return {6}
+    elseif earlier ~= entry and redis.call('ZREM', queue, earlier) == 1 then
       size = size - 1 -- the earlier call's entry, which this one replaces
+    else
+      earlier = nil
     end
   end
   if size >= tonumber(ARGV[7]) then
@@ -230,11 +239,12 @@ if not rank then
   end
   redis.call('ZADD', queue, score, entry)
   rank = redis.call('ZRANK', queue, entry)
-  if rank + 1 < redis.call('ZCARD', queue) then
-    redis.call('SPUBLISH', channel, 'm') -- back at its earlier place: those behind moved
+  if earlier or rank + 1 < redis.call('ZCARD', queue) then
+    -- Back at its earlier place: those behind moved, and the call it took it from learns so.
+    redis.call('SPUBLISH', channel, 'm')
   end
   if own_id then
-    remember_place(places, queue, lease_id, score, until_ms, entry, now_ms, tonumber(ARGV[7]))
+    remember_place(places, queue, lease_id, score, until_ms, entry, earlier, now_ms, tonumber(ARGV[7]))
   end
 end
 keep_queue(queue, tonumber(ARGV[6]))

@@ -133,17 +133,18 @@ local function keep_queue(queue, wait_ms)
   end
 end
 
--- Records the place in line of a caller that chose its lease id (acquire.lua, KEYS[7]). Past
--- `most` records (the queue's bound), drops those whose wait is over or whose entry left the
--- queue, so that callers who join and leave again cannot grow the hash.
-local function remember_place(places, queue, lease_id, score, until_ms, entry, now_ms, most)
-  redis.call('HSET', places, lease_id, string.format('%d %d ', score, until_ms) .. entry)
+-- Records the place in line of a caller that chose its lease id (acquire.lua, KEYS[7]), and the
+-- entry of the earlier call it took the place from (if any). Past `most` records (the queue's
+-- bound), drops those whose wait is over or whose entry left the queue, so that callers who join
+-- and leave again cannot grow the hash.
+local function remember_place(places, queue, lease_id, score, until_ms, entry, replaced, now_ms, most)
+  redis.call('HSET', places, lease_id, string.format('%d %d %s %s', score, until_ms, entry, replaced or ''))
   if redis.call('HLEN', places) <= most then
     return
   end
   local records = redis.call('HGETALL', places)
   for i = 1, #records, 2 do
-    local kept_until, kept_entry = string.match(records[i + 1], '^%d+ (%d+) (.*)$')
+    local kept_until, kept_entry = string.match(records[i + 1], '^%d+ (%d+) (%S+)')
     if not kept_until or tonumber(kept_until) <= now_ms or not redis.call('ZSCORE', queue, kept_entry) then
       redis.call('HDEL', places, records[i])
     end
