@@ -6,7 +6,8 @@
 # /usr/share/java, and the tests run with JUnit's console launcher. Installs what is missing
 # (as root). LEASED_BIN: the leased binary to test against; default <repo>/target/debug/leased,
 # built with cargo if missing. Arguments select tests instead of all (JUnit's console launcher,
-# e.g. --select-method leased.client.GiveUpRaceTest#cancellingAtOnceLeavesLeasesHeld).
+# e.g. --select-method leased.client.GiveUpRaceTest#cancellingWithoutAReleaseLeavesLeasesHeld,
+# with LEASED_JAVA_GIVE_UP_CONTROL=1).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -5,13 +5,15 @@ import java.util.function.Consumer;
 
 /**
  * How to acquire: the TTL, how long the server may wait for a busy lease, who is asking, how many
- * may hold the name at once, the lock-delay after an expiry, and who hears of {@code waiting}.
+ * may hold the name at once or whether the grant is shared, the lock-delay after an expiry, and
+ * who hears of {@code waiting}.
  */
 public final class AcquireOptions {
   final Duration ttl;
   Duration wait = Duration.ZERO;
   String holder = LeaseClient.defaultHolder();
   int limit;
+  boolean shared;
   Duration lockDelay = Duration.ZERO;
   Consumer<Waiting> onWaiting = waiting -> {};
 
@@ -41,6 +43,16 @@ public final class AcquireOptions {
     return this;
   }
 
+  /**
+   * A shared (read) grant: shared grants of a name coexist, an exclusive one (the default)
+   * excludes every other. Only with a limit of 0 or 1 (the server answers INVALID_ARGUMENT
+   * otherwise). {@link LeaseClient#readWriteLock} sets it for its read lock.
+   */
+  public AcquireOptions shared(boolean shared) {
+    this.shared = shared;
+    return this;
+  }
+
   public AcquireOptions lockDelay(Duration lockDelay) {
     this.lockDelay = lockDelay;
     return this;
@@ -50,5 +62,17 @@ public final class AcquireOptions {
   public AcquireOptions onWaiting(Consumer<Waiting> onWaiting) {
     this.onWaiting = onWaiting;
     return this;
+  }
+
+  /** A copy, so that a lock's options stay as they were when it was made. */
+  AcquireOptions copy() {
+    AcquireOptions copy = new AcquireOptions(ttl);
+    copy.wait = wait;
+    copy.holder = holder;
+    copy.limit = limit;
+    copy.shared = shared;
+    copy.lockDelay = lockDelay;
+    copy.onWaiting = onWaiting;
+    return copy;
   }
 }

@@ -18,6 +18,10 @@ import lease.v1.Lease.RenewResponse;
  * TTL - TTL/20} after sending the last renewal the server answered (the Acquire, at first). A
  * reply that comes later is never credited, and its stream is dropped so that it cannot be read
  * as the answer to a later request. {@link #close()} stops renewing and releases.
+ *
+ * <p>The guard of a {@link ReentrantLeaseLock} stands for every level its thread took: each
+ * {@link #close()} ends one level, the outermost stops renewing and releases, and a loss ends
+ * them all ({@link #lost()} is the same for every level).
  */
 public final class LeaseGuard implements AutoCloseable {
   private final LeaseClient client;
@@ -25,6 +29,7 @@ public final class LeaseGuard implements AutoCloseable {
   private final String leaseId;
   private final long fencingToken;
   private final Duration ttl;
+  private final boolean shared;
   private final RenewRequest renewal;
   private final CompletableFuture<LostReason> lost = new CompletableFuture<>();
 
@@ -36,13 +41,16 @@ public final class LeaseGuard implements AutoCloseable {
   private String lastError = "no renewal answered";
   private boolean stopped; // released, closed or lost
   private boolean released;
+  private int holds = 1; // levels of a reentrant lock not yet released
 
-  private LeaseGuard(LeaseClient client, Granted granted, long trustFrom, RenewStream stream) {
+  private LeaseGuard(
+      LeaseClient client, Granted granted, boolean shared, long trustFrom, RenewStream stream) {
     this.client = client;
     this.name = granted.getName();
     this.leaseId = granted.getLeaseId();
     this.fencingToken = granted.getFencingToken();
     this.ttl = Duration.ofMillis(granted.getTtlMs());
+    this.shared = shared;
     this.renewal = RenewRequest.newBuilder().setName(name).setLeaseId(leaseId).build();
     this.stream = stream;
     this.trustedUntil = trustFrom + trustWindow(ttl);
@@ -55,11 +63,13 @@ public final class LeaseGuard implements AutoCloseable {
    * lease gone, the answer is NotGranted for whoever holds it now; if it fails, the lease is
    * released and the failure returned: a grant is never left unguarded and unreleased.
    */
-  static CompletableFuture<Acquired> start(LeaseClient client, Granted granted, long requestedAt) {
+  static CompletableFuture<Acquired> start(
+      LeaseClient client, Granted granted, long requestedAt, boolean shared) {
     Duration ttl = Duration.ofMillis(granted.getTtlMs());
     if (System.nanoTime() - requestedAt <= ttl.toNanos() / 3) {
       return CompletableFuture.completedFuture(
-          new Acquired.Granted(new LeaseGuard(client, granted, requestedAt, null).keepAlive()));
+          new Acquired.Granted(
+              new LeaseGuard(client, granted, shared, requestedAt, null).keepAlive()));
     }
     RenewRequest confirm =
         RenewRequest.newBuilder()
@@ -75,7 +85,7 @@ public final class LeaseGuard implements AutoCloseable {
     return reply.handle(
             (answer, error) -> {
               if (error == null && answer.hasRenewed()) {
-                LeaseGuard guard = new LeaseGuard(client, granted, sentAt, stream);
+                LeaseGuard guard = new LeaseGuard(client, granted, shared, sentAt, stream);
                 return CompletableFuture.<Acquired>completedFuture(
                     new Acquired.Granted(guard.keepAlive()));
               }
@@ -84,7 +94,7 @@ public final class LeaseGuard implements AutoCloseable {
                 return CompletableFuture.supplyAsync(
                     () -> (Acquired) Convert.notGranted(client.describe(granted.getName())));
               }
-              client.releaseUntaken(granted);
+              client.releaseUntaken(granted.getName(), granted.getLeaseId());
               return CompletableFuture.<Acquired>failedFuture(
                   error != null ? error : new IllegalStateException("empty RenewResponse"));
             })
@@ -118,6 +128,11 @@ public final class LeaseGuard implements AutoCloseable {
     return ttl;
   }
 
+  /** True for a shared (read) grant, false for an exclusive one. */
+  public boolean shared() {
+    return shared;
+  }
+
   /** Completes when the lease must no longer be trusted; never, once released. */
   public CompletableFuture<LostReason> lost() {
     return lost.copy();
@@ -127,16 +142,51 @@ public final class LeaseGuard implements AutoCloseable {
     return lost.isDone();
   }
 
-  /** Stops renewing and releases; false if the lease was no longer ours. Idempotent. */
+  /**
+   * Stops renewing and releases; false if the lease was no longer ours. Idempotent. For a
+   * reentrant lock's guard, a nested level only ends that level (true, and the lease stays held)
+   * unless the lease was lost.
+   */
   public boolean release() {
     synchronized (this) {
       if (released) {
         return false;
       }
+      if (holds > 1 && !stopped) {
+        holds--;
+        return true;
+      }
       released = true;
+      holds = 0;
       stopLocked();
     }
     return client.release(name, leaseId);
+  }
+
+  /** A nested level of a reentrant lock; false once the lease is released or lost. */
+  synchronized boolean holdAgain() {
+    if (stopped) {
+      return false;
+    }
+    holds++;
+    return true;
+  }
+
+  /** The levels not yet released, 0 once the lease is released or lost. */
+  synchronized int holdCount() {
+    return stopped ? 0 : holds;
+  }
+
+  /** Stops renewing and releases in the background: for a grant whose caller left. */
+  void abandon() {
+    synchronized (this) {
+      if (released) {
+        return;
+      }
+      released = true;
+      stopLocked();
+    }
+    client.releaseUntaken(name, leaseId);
   }
 
   /** {@link #release()}, with a failure ignored (the lease then expires at its TTL). */
@@ -246,7 +296,12 @@ public final class LeaseGuard implements AutoCloseable {
 
   @Override
   public String toString() {
-    return "LeaseGuard{" + name + ", token " + Long.toUnsignedString(fencingToken) + "}";
+    return "LeaseGuard{"
+        + name
+        + ", token "
+        + Long.toUnsignedString(fencingToken)
+        + (shared ? ", shared" : "")
+        + "}";
   }
 
   /**

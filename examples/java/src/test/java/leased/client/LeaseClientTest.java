@@ -5,17 +5,24 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.Iterator;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import lease.v1.Lease.AcquireRequest;
+import lease.v1.Lease.AcquireResponse;
 import lease.v1.Lease.DescribeResponse;
+import lease.v1.Lease.Granted;
+import lease.v1.LeaseServiceGrpc;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -164,13 +171,54 @@ class LeaseClientTest {
           org.junit.jupiter.api.Assertions.assertThrows(ExecutionException.class, waiter::get);
       assertInstanceOf(java.util.concurrent.TimeoutException.class, failure.getCause());
       assertTrue(System.nanoTime() - start < Duration.ofSeconds(2).toNanos());
-      // After the grace the call is cancelled and the waiter leaves the queue.
+      // The call is cancelled at once (and its id released): the waiter leaves the queue.
       long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
       while (client.describe("java-timeout").getWaiters() != 0) {
         assertTrue(System.nanoTime() < deadline, "the waiter stayed in line");
         Thread.sleep(50);
       }
     }
+  }
+
+  /**
+   * Two Acquires with the same own lease id answer the same grant (token and expiry): what makes
+   * a retry safe. Another id finds the lease busy.
+   */
+  @Test
+  void anAcquireWithTheSameOwnIdAnswersTheSameGrant() throws Exception {
+    ManagedChannel channel = ManagedChannelBuilder.forTarget(stack.target).usePlaintext().build();
+    try {
+      LeaseServiceGrpc.LeaseServiceBlockingStub stub = LeaseServiceGrpc.newBlockingStub(channel);
+      String id = LeaseClient.newLeaseId();
+      AcquireRequest request =
+          AcquireRequest.newBuilder()
+              .setName("java-same-id")
+              .setTtlMs(30_000)
+              .setLeaseId(id)
+              .build();
+      Granted first = onlyAnswer(stub, request).getGranted();
+      Granted again = onlyAnswer(stub, request).getGranted();
+      assertEquals(id, first.getLeaseId());
+      assertTrue(first.getFencingToken() != 0);
+      assertEquals(first.getFencingToken(), again.getFencingToken());
+      assertEquals(first.getExpiresAt(), again.getExpiresAt());
+      System.out.printf("the same own id twice: tokens %d and %d%n",
+          first.getFencingToken(), again.getFencingToken());
+      AcquireResponse another =
+          onlyAnswer(stub, request.toBuilder().setLeaseId(LeaseClient.newLeaseId()).build());
+      assertTrue(another.hasNotGranted(), another.toString());
+      assertTrue(client.release("java-same-id", id));
+    } finally {
+      channel.shutdownNow();
+    }
+  }
+
+  private static AcquireResponse onlyAnswer(
+      LeaseServiceGrpc.LeaseServiceBlockingStub stub, AcquireRequest request) {
+    Iterator<AcquireResponse> answers = stub.acquire(request);
+    AcquireResponse answer = answers.next();
+    assertFalse(answers.hasNext(), "more than one answer to a try-once Acquire");
+    return answer;
   }
 
   /** The example program holds a lease, works, releases (exit 0); a busy lease exits 75. */
