@@ -94,7 +94,8 @@ pub fn acquire<S: LeaseStore>(
         match outcome {
             Ok(Some(Terminal::Granted(grant))) => {
                 let delivery = delivery(&store, &request, grant);
-                // If the caller left, the unsent delivery drops here and releases the lease.
+                // If the caller left, the unsent delivery drops here and releases the lease
+                // (unless the caller chose its lease id: then it releases the id itself).
                 let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
             }
             Ok(Some(Terminal::NotGranted(occupancy))) => {
