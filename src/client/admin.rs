@@ -47,7 +47,7 @@ impl ListedLease {
         let mut holders: Vec<CurrentHolder> = lease
             .holders
             .into_iter()
-            .map(|h| CurrentHolder::new(h.holder, h.fencing_token, h.remaining_ms))
+            .map(CurrentHolder::from_wire)
             .collect();
         // Every listed lease has a holder; a server that filled only the fields of the one with
         // the smallest token still names it.

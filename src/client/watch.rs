@@ -103,6 +103,17 @@ impl WatchEvent {
         self.holders.first()
     }
 
+    /// The grant this event is about as one of the holders after it, with its mode and
+    /// remaining time: for a [`Granted`](WatchCause::Granted) or
+    /// [`Snapshot`](WatchCause::Snapshot) event while that grant holds; `None` for one that
+    /// ended (the server does not say which mode an ended grant had).
+    pub fn grant_holder(&self) -> Option<&CurrentHolder> {
+        let grant = self.grant.as_ref()?;
+        self.holders
+            .iter()
+            .find(|holder| holder.fencing_token == grant.fencing_token)
+    }
+
     fn from_wire(event: proto::WatchEvent) -> Self {
         // Token 0 is never granted: it marks a snapshot of a free lease.
         let grant = (event.fencing_token != 0).then(|| WatchedGrant {
@@ -119,7 +130,7 @@ impl WatchEvent {
             holders: event
                 .holders
                 .into_iter()
-                .map(|h| CurrentHolder::new(h.holder, h.fencing_token, h.remaining_ms))
+                .map(CurrentHolder::from_wire)
                 .collect(),
             reason: event.reason,
         }
@@ -212,6 +223,37 @@ mod tests {
             Some(&CurrentHolder::new("a".into(), 7, 1_000))
         );
         assert_eq!(event.holders[1].remaining, None);
+        assert_eq!(event.grant_holder().map(|h| h.holder.as_str()), Some("b"));
+    }
+
+    /// A shared grant's mode is in its holder; a grant that ended is no longer among them.
+    #[test]
+    fn the_grant_holder_has_the_grants_mode_while_it_holds() {
+        let shared = |holder: &str, fencing_token| HolderInfo {
+            shared: true,
+            ..holder_info(holder, fencing_token, 900)
+        };
+        let granted = WatchEvent::from_wire(proto::WatchEvent {
+            cause: Cause::Granted as i32,
+            held: true,
+            holder: "r2".into(),
+            fencing_token: 8,
+            limit: 1,
+            holders: vec![shared("r1", 7), shared("r2", 8)],
+            ..Default::default()
+        });
+        let holder = granted.grant_holder().unwrap();
+        assert_eq!((holder.fencing_token, holder.shared), (8, true));
+        let released = WatchEvent::from_wire(proto::WatchEvent {
+            cause: Cause::Released as i32,
+            held: true,
+            holder: "r2".into(),
+            fencing_token: 8,
+            limit: 1,
+            holders: vec![shared("r1", 7)],
+            ..Default::default()
+        });
+        assert_eq!(released.grant_holder(), None);
     }
 
     #[test]
