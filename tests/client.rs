@@ -1129,7 +1129,7 @@ async fn give_up_racing_a_release(
 /// Ignored: the server breaks it. A waiter that it woke for the lease just as the cancellation
 /// came can make its grant after that Release ran: the waiter learns that its caller left only
 /// after its store call (`wait_for_grant` may pick the wake-up over the closed stream, or not
-/// have seen the cancellation yet), and the server never undoes an own id's grant. 3 to 6 of 100
+/// have seen the cancellation yet), and the server never undoes an own id's grant. 1 to 6 of 100
 /// were left held here. The client covers it with a second Release (`GIVE_UP_GRACE`). Run with
 /// `--ignored` to check a fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,8 +19,8 @@ use leased::{
     client::{AcquireOptions, Acquired, ClientError, LeaseClient, LostReason},
     proto::{
         AcquireRequest, AcquireResponse, CheckTokenRequest, CheckTokenResponse, DescribeRequest,
-        DescribeResponse, Granted, ReleaseRequest, ReleaseResponse, RenewRequest, RenewResponse,
-        Renewed, Waiting, WatchEvent, WatchRequest, acquire_response,
+        DescribeResponse, Granted, NotGranted, ReleaseRequest, ReleaseResponse, RenewRequest,
+        RenewResponse, Renewed, Waiting, WatchEvent, WatchRequest, acquire_response,
         lease_service_server::{LeaseService, LeaseServiceServer},
         renew_response,
     },
@@ -51,6 +51,8 @@ enum AcquireAnswer {
     EndWithoutAnswer,
     /// Sends `waiting`, then nothing: a wait nobody answers.
     Silent,
+    /// Sends `waiting`, then `not_granted`.
+    NotGranted,
 }
 
 /// What the fake saw, in order: `acquire <lease_id> wait_ms=<ms>`, `acquire cancelled`,
@@ -130,6 +132,14 @@ impl LeaseService for FakeLeaseService {
                 AcquireAnswer::Silent => {
                     sender.closed().await;
                     seen.lock().unwrap().push("acquire cancelled".into());
+                }
+                AcquireAnswer::NotGranted => {
+                    let busy = acquire_response::Result::NotGranted(NotGranted {
+                        holder: "someone".into(),
+                        fencing_token: 1,
+                        ..NotGranted::default()
+                    });
+                    let _ = sender.send(Ok(reply(busy))).await;
                 }
                 AcquireAnswer::EndWithoutAnswer | AcquireAnswer::Fail(_) => {}
             }
@@ -363,6 +373,35 @@ async fn retries_are_bounded_and_a_failed_acquisition_releases_its_id() {
     let acquires = acquires_in(&seen);
     assert_eq!(acquires.len(), 1, "{acquires:?}");
     assert_eq!(*released.lock().unwrap(), [acquires[0].0.clone()]);
+}
+
+/// A retried Acquire that is not granted releases its lease id: the call that was cut off may
+/// still wait on a server that has not noticed, and be granted later. One not granted at the
+/// first call releases nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_acquire_that_is_not_granted_releases_its_id() {
+    let answers = [
+        AcquireAnswer::Fail(tonic::Code::Unavailable),
+        AcquireAnswer::NotGranted,
+        AcquireAnswer::NotGranted,
+    ];
+    let (endpoint, released, seen) =
+        serve_acquires(Duration::ZERO, Renewals::Refused, answers).await;
+    let client = LeaseClient::connect(endpoint).await.unwrap();
+    let options = AcquireOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(5));
+    let answer = client.acquire("busy", options.clone()).await.unwrap();
+    assert!(matches!(answer, Acquired::NotGranted(_)), "{answer:?}");
+    let acquires = acquires_in(&seen);
+    assert_eq!(acquires.len(), 2, "{acquires:?}");
+    assert_eq!(*released.lock().unwrap(), [acquires[0].0.clone()]);
+
+    let answer = client.acquire("busy", options).await.unwrap();
+    assert!(matches!(answer, Acquired::NotGranted(_)), "{answer:?}");
+    assert_eq!(
+        released.lock().unwrap().len(),
+        1,
+        "a first call's not_granted released"
+    );
 }
 
 /// A caller that gives up a wait (drops the future) cancels the call and releases its lease id,

@@ -33,7 +33,7 @@ pub struct ListPage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedLease {
     pub name: String,
-    /// The limit in force: 1 for an exclusive lease, N for a counting lease.
+    /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease.
     pub limit: u32,
     /// Every permit taken (held, or in its lock-delay after an expiry), by increasing fencing
     /// token. An exclusive lease has one.

@@ -187,13 +187,15 @@ pub struct ReadWriteLease {
 
 impl ReadWriteLease {
     /// The read-write lock `name`, acquired as `options` say (TTL, wait, holder, lock-delay).
-    /// Their mode is set by `read` or `write`, their limit must be 0 or 1 (a counting lease has
-    /// no modes), and a lease id in them is not used: each acquisition takes a fresh one.
+    /// Their mode is set by `read` or `write`; their limit and lease id are not used (a
+    /// read-write lock has a limit of 1, since a counting lease has no modes, and each
+    /// acquisition takes a fresh id).
     pub fn new(client: LeaseClient, name: impl Into<String>, options: AcquireOptions) -> Self {
         ReadWriteLease {
             client,
             name: name.into(),
             options: AcquireOptions {
+                limit: 0,
                 lease_id: None,
                 ..options
             },

@@ -299,8 +299,8 @@ pub struct NotGranted {
     pub remaining: Option<Duration>,
     /// Permits taken: held, or in their lock-delay (1 for a held exclusive lease).
     pub held: u32,
-    /// The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when no permit is
-    /// taken.
+    /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease; 0
+    /// when no permit is taken.
     pub limit: u32,
 }
 
@@ -364,8 +364,8 @@ impl CurrentHolder {
 /// Everything `Describe` tells anyone about a lease ([`LeaseClient::describe_lease`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseDescription {
-    /// The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when nobody
-    /// holds it.
+    /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease; 0
+    /// when nobody holds it.
     pub limit: u32,
     /// Every permit taken (held, or in its lock-delay after an expiry), by increasing fencing
     /// token; empty when the lease is free. An exclusive lease has at most one.

@@ -86,8 +86,8 @@ pub struct WatchEvent {
     pub grant: Option<WatchedGrant>,
     /// Someone holds the lease after the event.
     pub held: bool,
-    /// The limit in force after the event: 1 for an exclusive lease, N for a counting lease; 0
-    /// when nobody holds it.
+    /// The limit in force after the event: 1 for an exclusive or read-write lease, N for a
+    /// counting lease; 0 when nobody holds it.
     pub limit: u32,
     /// Every holder after the event, by increasing fencing token (`remaining` as last known to
     /// the server). An exclusive lease has at most one.
