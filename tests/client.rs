@@ -1,7 +1,9 @@
 //! The Rust client: `LeaseGuard` renewals, loss detection and release on drop, `watch`,
-//! `check_token` and `LeaseAdminClient` (list, revoke, with a bearer token), against a real server
-//! on a real Redis; and `examples/guard.rs`, which the README shows (the book's Rust client page
-//! includes the file itself).
+//! `check_token` and `LeaseAdminClient` (list, revoke, with a bearer token), own lease ids (the
+//! same id answers the same grant, a retry keeps its place, a give-up leaves nothing held),
+//! `ReentrantLease` and `ReadWriteLease`, against a real server on a real Redis; and
+//! `examples/guard.rs`, which the README shows (the book's Rust client page includes the file
+//! itself).
 
 mod common;
 
@@ -11,7 +13,8 @@ use common::*;
 use leased::{
     client::{
         AcquireOptions, Acquired, ClientError, ConnectOptions, LeaseAdminClient, LeaseClient,
-        LeaseDescription, LeaseGuard, LostReason, TokenCheck, WatchCause, WatchEvent, WatchStream,
+        LeaseDescription, LeaseGuard, LostReason, ReadWriteLease, ReentrantLease, TokenCheck,
+        WatchCause, WatchEvent, WatchStream,
     },
     config::ServeConfig,
 };
@@ -728,17 +731,283 @@ async fn admin_client_sends_its_bearer_token() {
     let _ = std::fs::remove_file(&tokens);
 }
 
+/// An own lease id (`AcquireOptions::lease_id`) makes Acquire safe to repeat: the same id is
+/// answered the same grant (lease id, token and expiry), by `acquire_once` and by a guarded
+/// `acquire`, while anyone else is refused; once released, the id is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_own_lease_id_answers_the_same_grant() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let lease_id = "retried-0123456789abcdef0123456789";
+    let options = AcquireOptions::new(Duration::from_secs(30))
+        .holder("retrier")
+        .lease_id(lease_id);
+    let first = client
+        .acquire_once("own-id", &options)
+        .await
+        .unwrap()
+        .expect("granted");
+    assert_eq!(first.lease_id, lease_id);
+    let again = client
+        .acquire_once("own-id", &options)
+        .await
+        .unwrap()
+        .expect("the same id is answered its grant");
+    assert_eq!(
+        (&again.lease_id, again.fencing_token, again.expires_at_ms),
+        (&first.lease_id, first.fencing_token, first.expires_at_ms)
+    );
+    let guard = must_hold_with(&client, "own-id", options.clone()).await;
+    assert_eq!(
+        (guard.lease_id(), guard.fencing_token()),
+        (lease_id, first.fencing_token)
+    );
+    let description = client.describe_lease("own-id").await.unwrap();
+    assert_eq!(description.holders.len(), 1, "{description:?}");
+    let other = AcquireOptions::new(Duration::from_secs(30));
+    assert!(matches!(
+        client.acquire("own-id", other).await.unwrap(),
+        Acquired::NotGranted(busy) if busy.fencing_token == first.fencing_token
+    ));
+    assert!(guard.release().await.unwrap());
+    let next = client
+        .acquire_once("own-id", &options)
+        .await
+        .unwrap()
+        .expect("granted anew");
+    assert!(next.fencing_token > first.fencing_token);
+    assert!(client.release("own-id", lease_id).await.unwrap());
+}
+
+/// A waiting `acquire` whose connection breaks (a proxy in front of the server closes every
+/// connection for 50 ms) is retried with its lease id and keeps its place in line: when the
+/// holder releases, it is granted before the caller who queued behind it on another connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cut_off_is_retried_with_its_id_and_keeps_its_place() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let link = proxy::FaultProxy::start(server.address);
+    let direct = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let through_link = LeaseClient::connect(format!("http://127.0.0.1:{}", link.port))
+        .await
+        .unwrap();
+    let holder = must_hold(&direct, "kept-place", Duration::from_secs(30)).await;
+    let waiter = |client: &LeaseClient, holder: &str| {
+        let client = client.clone();
+        let options = AcquireOptions::new(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .holder(holder);
+        tokio::spawn(async move { client.acquire("kept-place", options).await })
+    };
+    let first = waiter(&through_link, "first");
+    wait_until_waiters(&direct, "kept-place", 1).await;
+    let second = waiter(&direct, "second");
+    wait_until_waiters(&direct, "kept-place", 2).await;
+
+    link.set(proxy::Fault::Cut);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    link.set(proxy::Fault::Pass);
+    // The retry reconnects: a second connection through the proxy.
+    wait_until_async(Duration::from_secs(5), || async {
+        link.stats()
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 2
+    })
+    .await;
+    wait_until_waiters(&direct, "kept-place", 2).await;
+    assert!(
+        !first.is_finished(),
+        "the cut-off wait ended: {:?}",
+        first.await
+    );
+
+    assert!(holder.release().await.unwrap());
+    let Acquired::Granted(first) = first.await.unwrap().unwrap() else {
+        panic!("the retried waiter was not granted");
+    };
+    let now = direct.describe("kept-place").await.unwrap().expect("held");
+    assert_eq!(
+        (now.holder.as_str(), now.fencing_token),
+        ("first", first.fencing_token()),
+        "the caller behind the retried one was granted first"
+    );
+    assert!(!second.is_finished());
+    assert!(first.release().await.unwrap());
+    let Acquired::Granted(second) = second.await.unwrap().unwrap() else {
+        panic!("the second waiter was not granted");
+    };
+    assert!(second.release().await.unwrap());
+}
+
+/// Waits until `name` has `waiters` callers in line.
+async fn wait_until_waiters(client: &LeaseClient, name: &str, waiters: u32) {
+    wait_until_async(Duration::from_secs(10), || async {
+        client.describe_lease(name).await.unwrap().waiters == waiters
+    })
+    .await;
+}
+
+/// A `ReentrantLease` handle, in its own task: nested `lock()`s answer at once with the same
+/// lease and send no Acquire (the server's Acquire count, on its metrics port, stays 1); an inner
+/// level's release leaves the lease held (Describe), and only the last level releases it. When
+/// the lease is lost (revoked), every level reports the loss, a nested `lock()` is
+/// `ClientError::Lost`, and once every level has ended the handle acquires anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_lease_nests_without_a_call_and_the_last_level_releases_it() {
+    let redis = RedisServer::start();
+    let metrics_port = free_port();
+    // Its own process: the metrics registry is per process, and other tests run in this one.
+    let server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args([
+            "--metrics-listen".to_owned(),
+            format!("127.0.0.1:{metrics_port}"),
+        ])
+        .start()
+        .await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let acquires = move || {
+        let metrics = scrape_metrics(metrics_port);
+        metric_sample(
+            &metrics,
+            "leased_rpc_requests_total{rpc=\"Acquire\",code=\"Ok\"}",
+        )
+    };
+    let options = AcquireOptions::new(Duration::from_secs(3)).holder("nested");
+    let lock = ReentrantLease::new(client.clone(), "reentrant", options);
+    let observer = client.clone();
+    // The handle is `Send`, and so are its futures and guards: it lives in a task of its own.
+    let levels = tokio::spawn(async move {
+        let outer = lock.lock().await.unwrap().expect("granted");
+        assert_eq!(acquires(), 1.0);
+        let started = Instant::now();
+        let inner = lock.lock().await.unwrap().expect("nested");
+        let innermost = lock.lock().await.unwrap().expect("nested");
+        let nested_in = started.elapsed();
+        assert_eq!(acquires(), 1.0, "a nested lock sent an Acquire");
+        println!("two nested locks took {nested_in:?}, with no Acquire");
+        for level in [&inner, &innermost] {
+            assert_eq!(level.fencing_token(), outer.fencing_token());
+            assert_eq!(level.lease_id(), outer.lease_id());
+        }
+        drop(innermost);
+        assert!(inner.release().await.unwrap(), "an inner level: still held");
+        let held = observer.describe("reentrant").await.unwrap().expect("held");
+        assert_eq!(held.fencing_token, outer.fencing_token());
+        let first_token = outer.fencing_token();
+        assert!(outer.release().await.unwrap(), "the last level releases");
+        assert_eq!(observer.describe("reentrant").await.unwrap(), None);
+
+        // Lost: every level sees it, and nesting into the lost lease fails.
+        let outer = lock.lock().await.unwrap().expect("granted again");
+        let inner = lock.lock().await.unwrap().expect("nested");
+        assert!(outer.fencing_token() > first_token);
+        assert_eq!(acquires(), 2.0);
+        let revoked = observer.admin().revoke("reentrant", "test", None).await;
+        assert_eq!(revoked.unwrap(), Some(outer.fencing_token()));
+        for level in [&outer, &inner] {
+            let reason = tokio::time::timeout(Duration::from_secs(10), level.lost())
+                .await
+                .expect("a level did not see the loss");
+            assert_eq!(reason, LostReason::Lost("revoked: test".into()));
+            assert!(level.is_lost());
+        }
+        match lock.lock().await {
+            Err(ClientError::Lost(reason)) => {
+                assert_eq!(reason, LostReason::Lost("revoked: test".into()));
+            }
+            other => panic!("nesting in a lost lease: {other:?}"),
+        }
+        let lost_token = outer.fencing_token();
+        drop((outer, inner));
+        let fresh = lock.lock().await.unwrap().expect("acquired anew");
+        assert!(fresh.fencing_token() > lost_token);
+        assert_eq!(acquires(), 3.0);
+        // Dropped, the last level releases in the background; the handle's next lock waits for
+        // that release, so it never queues behind its own grant.
+        drop(fresh);
+        let after_drop = lock.lock().await.unwrap().expect("granted after the drop");
+        assert!(after_drop.release().await.unwrap());
+    });
+    levels.await.unwrap();
+}
+
+/// `ReadWriteLease`: two readers hold the name together (both `shared`, Describe lists both as
+/// shared); a writer waits for both, and a reader that comes after the waiting writer is not let
+/// in before it; the writer is granted, exclusive, once the second reader releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lease_lets_readers_in_together_and_a_writer_waits_for_both() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let client = LeaseClient::connect(server.endpoint()).await.unwrap();
+    let lock = |holder: &str| {
+        let options = AcquireOptions::new(Duration::from_secs(30)).holder(holder);
+        ReadWriteLease::new(client.clone(), "rw", options)
+    };
+    let granted = |acquired: Acquired| match acquired {
+        Acquired::Granted(guard) => guard,
+        Acquired::NotGranted(busy) => panic!("not granted: {busy:?}"),
+    };
+    let first = granted(lock("r1").read().await.unwrap());
+    let second = granted(lock("r2").read().await.unwrap());
+    assert!(first.shared() && second.shared());
+    assert!(second.fencing_token() > first.fencing_token());
+    let description = client.describe_lease("rw").await.unwrap();
+    let holders: Vec<(&str, bool)> = description
+        .holders
+        .iter()
+        .map(|h| (h.holder.as_str(), h.shared))
+        .collect();
+    assert_eq!(holders, [("r1", true), ("r2", true)], "{description:?}");
+    assert_eq!(description.limit, 1);
+
+    let writer = tokio::spawn({
+        let options = AcquireOptions::new(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .holder("w");
+        let lock = ReadWriteLease::new(client.clone(), "rw", options);
+        async move { lock.write().await }
+    });
+    wait_until_waiters(&client, "rw", 1).await;
+    assert!(matches!(
+        lock("late").read().await.unwrap(),
+        Acquired::NotGranted(_)
+    ));
+    assert!(first.release().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!writer.is_finished(), "the writer got in beside a reader");
+    let second_token = second.fencing_token();
+    assert!(second.release().await.unwrap());
+    let writer = granted(writer.await.unwrap().unwrap());
+    assert!(!writer.shared());
+    assert!(writer.fencing_token() > second_token);
+    let description = client.describe_lease("rw").await.unwrap();
+    let holders: Vec<(&str, bool)> = description
+        .holders
+        .iter()
+        .map(|h| (h.holder.as_str(), h.shared))
+        .collect();
+    assert_eq!(holders, [("w", false)]);
+    assert!(writer.release().await.unwrap());
+}
+
 /// A caller that gives up a wait (drops the `acquire` future) at the very moment the holder
-/// releases never keeps the lease: a `granted` the server sent before the give-up reached it is
-/// released by the client within its grace, instead of being held by nobody until its TTL
-/// (30 s). 100 tries, 20 at a time on their own names; a Watch per name tells how the race went.
+/// releases never keeps the lease: the client cancels the call, then releases its own lease id,
+/// which ends a `granted` that the server sent before the give-up reached it (the server never
+/// releases a grant of a caller's own id by itself), and releases it once more `GIVE_UP_GRACE`
+/// later if the first Release found nothing held. 100 tries, 20 at a time on their own names; a
+/// Watch per name tells how each race went, a Describe before the second Release how many only
+/// it ended, and a Describe of every name afterwards finds no orphan (a grant held by nobody
+/// until its TTL, 30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_gives_up_a_wait_never_keeps_the_lease() {
     let redis = RedisServer::start();
     let server = Leased::start(Some(redis.url())).await;
     let holders = LeaseClient::connect(server.endpoint()).await.unwrap();
     let waiters = LeaseClient::connect(server.endpoint()).await.unwrap();
-    let mut outcomes = Vec::new();
+    let mut outcomes: Vec<(GiveUpRace, bool)> = Vec::new();
     for batch in 0..5 {
         let tries = (0..20).map(|i| {
             let (holders, waiters) = (holders.clone(), waiters.clone());
@@ -746,20 +1015,43 @@ async fn a_caller_that_gives_up_a_wait_never_keeps_the_lease() {
         });
         outcomes.extend(futures::future::join_all(tries).await);
     }
-    let count = |wanted: GiveUpRace| outcomes.iter().filter(|o| **o == wanted).count();
+    // The give-ups' second releases come a second later; a grant they missed stays for 30 s.
+    let deadline = Instant::now() + leased::client::GIVE_UP_GRACE + Duration::from_secs(2);
+    let mut orphans = Vec::new();
+    for i in 0..100 {
+        let name = format!("give-up-{i}");
+        let description = loop {
+            let description = holders.describe_lease(&name).await.unwrap();
+            if !description.is_held() || Instant::now() >= deadline {
+                break description;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if description.is_held() {
+            orphans.push((name, description));
+        }
+    }
+    let count = |wanted: GiveUpRace| outcomes.iter().filter(|(o, _)| *o == wanted).count();
+    let ended_by_the_second = outcomes.iter().filter(|(_, late)| *late).count();
     println!(
-        "give-up race, 100 tries: granted after giving up and released by the client {}, \
-         gave up before any grant {}, granted before giving up {}",
+        "give-up race, 100 tries: granted after giving up and released by the client {} (of \
+         which {ended_by_the_second} were granted after the first Release and ended by the \
+         second), gave up before any grant {}, granted before giving up {}; orphans {}",
         count(GiveUpRace::GrantedAfterGivingUp),
         count(GiveUpRace::GaveUpFirst),
         count(GiveUpRace::GrantedFirst),
+        orphans.len(),
+    );
+    assert!(
+        orphans.is_empty(),
+        "held after their waiter gave up: {orphans:?}"
     );
 }
 
 /// How one try of the give-up race went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum GiveUpRace {
-    /// The waiter gave up, then was granted the lease (during the grace) and released it.
+    /// The waiter gave up, then was granted the lease and released it by its id.
     GrantedAfterGivingUp,
     /// The waiter gave up and was never granted.
     GaveUpFirst,
@@ -767,12 +1059,13 @@ enum GiveUpRace {
     GrantedFirst,
 }
 
-/// One try of the race above.
+/// One try of the race above; true with it if the lease was held after the give-up's first
+/// Release (which the second, `GIVE_UP_GRACE` later, ends).
 async fn give_up_racing_a_release(
     holders: LeaseClient,
     waiters: LeaseClient,
     i: u32,
-) -> GiveUpRace {
+) -> (GiveUpRace, bool) {
     let name = format!("give-up-{i}");
     let mut events = holders.watch(&name).await.unwrap();
     assert_eq!(next_event(&mut events).await.cause, WatchCause::Snapshot);
@@ -786,10 +1079,7 @@ async fn give_up_racing_a_release(
             waiters.acquire(&name, options).await
         }
     });
-    wait_until_async(Duration::from_secs(10), || async {
-        holders.describe_lease(&name).await.unwrap().waiters == 1
-    })
-    .await;
+    wait_until_waiters(&holders, &name, 1).await;
     // The give-up lands anywhere from before the release to after the grant left the server.
     let give_up_after = Duration::from_micros(u64::from(i % 10) * 300);
     let (released, _) = tokio::join!(holder.release(), async {
@@ -806,30 +1096,94 @@ async fn give_up_racing_a_release(
         }
         other => panic!("try {i}: unexpected end of the wait: {other:?}"),
     };
-    tokio::time::sleep(leased::client::GIVE_UP_GRACE + Duration::from_secs(1)).await;
-    let description = holders.describe_lease(&name).await.unwrap();
-    assert!(
-        !description.is_held(),
-        "try {i}: {name} is still held after the waiter gave up: {description:?}"
-    );
     if granted_first {
-        return GiveUpRace::GrantedFirst;
+        return (GiveUpRace::GrantedFirst, false);
     }
+    let gave_up_at = Instant::now();
     // Granted to the holder and released; then perhaps granted to the waiter and released.
     let mut waiter_granted = false;
     while let Ok(Some(Ok(event))) =
-        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+        tokio::time::timeout(Duration::from_millis(300), events.next()).await
     {
         let holder = event.grant.as_ref().map(|grant| grant.holder.as_str());
         if event.cause == WatchCause::Granted && holder == Some("gave-up") {
             waiter_granted = true;
         }
     }
-    if waiter_granted {
-        GiveUpRace::GrantedAfterGivingUp
-    } else {
-        GiveUpRace::GaveUpFirst
+    // Before the second Release (unless this machine is very slow): held only if the first
+    // Release came before the grant.
+    let held = holders.describe_lease(&name).await.unwrap().is_held();
+    let before_the_second = gave_up_at.elapsed() < leased::client::GIVE_UP_GRACE;
+    let outcome = match waiter_granted {
+        true => GiveUpRace::GrantedAfterGivingUp,
+        false => GiveUpRace::GaveUpFirst,
+    };
+    (outcome, held && before_the_second)
+}
+
+/// The server's side of the give-up in lease.proto (Acquire): a caller with its own lease id
+/// that gives up cancels the call and then sends Release(name, id), once, and nothing may be left
+/// held whichever way the race went. The same race as above over the raw protocol, without the
+/// client's second Release.
+///
+/// Ignored: the server breaks it. A waiter that it woke for the lease just as the cancellation
+/// came can make its grant after that Release ran: the waiter learns that its caller left only
+/// after its store call (`wait_for_grant` may pick the wake-up over the closed stream, or not
+/// have seen the cancellation yet), and the server never undoes an own id's grant. 1 to 6 of 100
+/// were left held here. The client covers it with a second Release (`GIVE_UP_GRACE`). Run with
+/// `--ignored` to check a fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the server can grant a cancelled own-id waiter after its Release (see the comment)"]
+async fn one_release_after_a_cancelled_wait_leaves_nothing_held() {
+    let redis = RedisServer::start();
+    let server = Leased::start(Some(redis.url())).await;
+    let mut tries = Vec::new();
+    for i in 0..100_u32 {
+        let (mut holders, mut waiters) = (server.client().await, server.client().await);
+        tries.push(async move {
+            let name = format!("one-release-{i}");
+            let granted = must_acquire(&mut holders, &name, 30_000).await;
+            let lease_id = format!("give-up-{i:04}-0123456789abcdef0123");
+            let request = leased::proto::AcquireRequest {
+                name: name.clone(),
+                holder: "gave-up".into(),
+                ttl_ms: 30_000,
+                wait_ms: 30_000,
+                lease_id: lease_id.clone(),
+                ..Default::default()
+            };
+            let (stream, _) = start_waiting_request(&mut waiters, request).await;
+            let give_up_after = Duration::from_micros(u64::from(i % 10) * 300);
+            let (released, _) = tokio::join!(release(&mut holders, &granted), async {
+                tokio::time::sleep(give_up_after).await;
+                drop(stream);
+                let release = leased::proto::ReleaseRequest {
+                    name: name.clone(),
+                    lease_id,
+                };
+                waiters.release(release).await.unwrap();
+            });
+            assert!(released);
+            name
+        });
     }
+    let names = futures::future::join_all(tries).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut client = server.client().await;
+    let mut orphans = Vec::new();
+    for name in names {
+        if describe(&mut client, &name).await.held {
+            orphans.push(name);
+        }
+    }
+    println!(
+        "100 give-ups with one Release each: {} left held",
+        orphans.len()
+    );
+    assert!(
+        orphans.is_empty(),
+        "held after their waiter gave up: {orphans:?}"
+    );
 }
 
 /// Polls `condition` every 5 ms until it holds; panics after `timeout`.

@@ -97,10 +97,10 @@ fn revoke_text(name: &str, asked_token: Option<u64>, revoked: Option<u64>) -> St
 }
 
 /// The table of `leased list`: a header, then one line per lease with the holder of the smallest
-/// token (quoted and escaped), its token and remaining time, the limit, how many hold it and how
-/// many wait. Columns are padded to their widest cell.
+/// token (quoted and escaped), its token and remaining time, the limit, how many hold it, how
+/// many wait, and its mode ([`mode`]). Columns are padded to their widest cell.
 fn list_table(leases: &[ListedLease]) -> String {
-    const HEADER: [&str; 7] = [
+    const HEADER: [&str; 8] = [
         "NAME",
         "HOLDER",
         "FENCING_TOKEN",
@@ -108,8 +108,9 @@ fn list_table(leases: &[ListedLease]) -> String {
         "LIMIT",
         "HOLDERS",
         "WAITERS",
+        "MODE",
     ];
-    let rows: Vec<[String; 7]> = leases
+    let rows: Vec<[String; 8]> = leases
         .iter()
         .map(|lease| {
             let first = lease.holders.first();
@@ -121,6 +122,7 @@ fn list_table(leases: &[ListedLease]) -> String {
                 lease.limit.to_string(),
                 lease.holders.len().to_string(),
                 lease.waiters.to_string(),
+                mode(lease).to_owned(),
             ]
         })
         .collect();
@@ -144,9 +146,20 @@ fn list_table(leases: &[ListedLease]) -> String {
     table
 }
 
+/// How a lease is held, for the table: `shared` by shared (read) grants, `counting` as permits
+/// of a counting lease, else `exclusive`. The holders of a name are all of one mode: a shared
+/// grant keeps exclusive callers out, and an exclusive one everyone.
+fn mode(lease: &ListedLease) -> &'static str {
+    match lease.holders.first() {
+        Some(first) if first.shared => "shared",
+        _ if lease.limit > 1 => "counting",
+        _ => "exclusive",
+    }
+}
+
 /// One lease of `leased list --json`: the fields of `describe --json` that a held lease has
-/// (`holder`, `fencing_token`, `remaining_ms` of the smallest token; `limit`, `holders`,
-/// `waiters`), and its `name`.
+/// (`holder`, `fencing_token`, `remaining_ms`, `shared` of the smallest token; `limit`,
+/// `holders`, `waiters`), and its `name`.
 fn listed_json(lease: &ListedLease) -> serde_json::Value {
     let first = lease.holders.first();
     serde_json::json!({
@@ -154,6 +167,7 @@ fn listed_json(lease: &ListedLease) -> serde_json::Value {
         "holder": first.map_or("", |h| h.holder.as_str()),
         "fencing_token": first.map_or(0, |h| h.fencing_token),
         "remaining_ms": remaining_ms(first.and_then(|h| h.remaining)),
+        "shared": first.is_some_and(|h| h.shared),
         "limit": lease.limit,
         "holders": lease.holders.iter().map(holder_json).collect::<Vec<_>>(),
         "waiters": lease.waiters,
@@ -177,6 +191,7 @@ mod tests {
                     holder: (*holder).into(),
                     fencing_token: *fencing_token,
                     remaining: remaining_ms.map(Duration::from_millis),
+                    shared: false,
                 })
                 .collect(),
             waiters: 0,
@@ -187,21 +202,27 @@ mod tests {
     fn the_table_aligns_columns_and_escapes_holders() {
         let mut pool = listed("pool", 3, &[("a", 7, Some(900)), ("b", 8, None)]);
         pool.waiters = 2;
+        let mut readers = listed("rw", 1, &[("r1", 20, Some(800)), ("r2", 21, Some(950))]);
+        for reader in &mut readers.holders {
+            reader.shared = true;
+        }
         let leases = [
             listed("job", 1, &[("evil\u{1b}[2J\u{202e}", 12, Some(29_000))]),
             pool,
+            readers,
         ];
         let table = list_table(&leases);
         assert_eq!(
             table,
-            "NAME  HOLDER                   FENCING_TOKEN  REMAINING_MS  LIMIT  HOLDERS  WAITERS\n\
-             job   \"evil\\u{1b}[2J\\u{202e}\"  12             29000         1      1        0\n\
-             pool  \"a\"                      7              900           3      2        2\n"
+            "NAME  HOLDER                   FENCING_TOKEN  REMAINING_MS  LIMIT  HOLDERS  WAITERS  MODE\n\
+             job   \"evil\\u{1b}[2J\\u{202e}\"  12             29000         1      1        0        exclusive\n\
+             pool  \"a\"                      7              900           3      2        2        counting\n\
+             rw    \"r1\"                     20             800           1      2        0        shared\n"
         );
         assert!(!table.chars().any(|c| c != '\n' && is_control_or_bidi(c)));
         assert_eq!(
             list_table(&[]),
-            "NAME  HOLDER  FENCING_TOKEN  REMAINING_MS  LIMIT  HOLDERS  WAITERS\n"
+            "NAME  HOLDER  FENCING_TOKEN  REMAINING_MS  LIMIT  HOLDERS  WAITERS  MODE\n"
         );
     }
 
@@ -212,10 +233,10 @@ mod tests {
             listed_json(&lease),
             serde_json::json!({
                 "name": "pool", "holder": "a", "fencing_token": 7, "remaining_ms": 900,
-                "limit": 2, "waiters": 0,
+                "shared": false, "limit": 2, "waiters": 0,
                 "holders": [
-                    { "holder": "a", "fencing_token": 7, "remaining_ms": 900 },
-                    { "holder": "b", "fencing_token": 8, "remaining_ms": -1 },
+                    { "holder": "a", "fencing_token": 7, "remaining_ms": 900, "shared": false },
+                    { "holder": "b", "fencing_token": 8, "remaining_ms": -1, "shared": false },
                 ],
             })
         );

@@ -17,8 +17,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::{
     client::{
-        AcquireOptions, ClientError, ConnectOptions, CurrentHolder, LeaseClient, LeaseDescription,
-        NotGranted, default_holder,
+        AcquireOptions, ClientError, ConnectOptions, CurrentHolder, GrantedLease, LeaseClient,
+        LeaseDescription, NotGranted, default_holder,
     },
     config::ServeConfig,
     lease::limits::is_control_or_bidi,
@@ -51,14 +51,17 @@ pub enum Command {
     /// Serve lease.v1.LeaseService over gRPC (on Redis with --redis-url, else in-process).
     Serve(ServeConfig),
     /// Acquire a lease once and print its lease id and fencing token (no keepalive: it lasts one
-    /// TTL unless renewed). Exit 75 if it is held by someone else.
+    /// TTL unless renewed). Exit 75 if it is held by someone else. With --lease-id, running it
+    /// again with the same id answers the same grant.
     Acquire(AcquireArgs),
     /// Release a lease by its lease id.
     Release(ReleaseArgs),
-    /// Show who holds a lease: every holder of a counting lease, the limit, and the waiters.
+    /// Show who holds a lease: every holder of a counting or shared lease (each shared one marked
+    /// `shared`), the limit, and the waiters.
     Describe(DescribeArgs),
     /// Run CMD while holding a lease: acquire, run, keep the lease alive, release when CMD exits.
-    /// With --limit N, one of N permits: at most N such commands run at once, fleet-wide.
+    /// With --limit N, one of N permits: at most N such commands run at once, fleet-wide. With
+    /// --shared, a read lock: shared runs go together, and exclude an exclusive one.
     /// Exits with CMD's exit code; 75 if the lease was not granted; 76 if it was lost while CMD
     /// ran (CMD gets SIGTERM, then SIGKILL after --kill-after). Signals sent to leased run reach CMD.
     Run(run::RunArgs),
@@ -136,6 +139,10 @@ pub struct LeaseArgs {
     /// only paused has time to notice before the next one starts.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub lock_delay: Duration,
+    /// A shared (read) grant: shared holders of NAME hold it together, an exclusive one (the
+    /// default) alone, and both wait in one queue, in order. Not with --limit above 1.
+    #[arg(long)]
+    pub shared: bool,
 }
 
 impl LeaseArgs {
@@ -146,6 +153,7 @@ impl LeaseArgs {
             .holder(self.holder.clone().unwrap_or_else(default_holder))
             .limit(self.limit)
             .lock_delay(self.lock_delay)
+            .shared(self.shared)
     }
 }
 
@@ -154,6 +162,12 @@ impl LeaseArgs {
 pub struct AcquireArgs {
     #[command(flatten)]
     pub lease: LeaseArgs,
+    /// Acquire with this lease id (22 to 128 characters of A-Z a-z 0-9 _ -; e.g. `openssl rand
+    /// -hex 16`) instead of a new random one. The same command with the same id answers the same
+    /// grant (token and expiry), so it is safe to repeat. Keep it secret: it renews and releases
+    /// the lease.
+    #[arg(long, value_name = "ID")]
+    pub lease_id: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -209,10 +223,9 @@ pub async fn run_client(command: Command) -> ExitCode {
 
 async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
     let client = args.endpoint.connect().await?;
-    match client
-        .acquire_once(&args.lease.name, &args.lease.options())
-        .await?
-    {
+    let mut options = args.lease.options();
+    options.lease_id = args.lease_id.clone();
+    match client.acquire_once(&args.lease.name, &options).await? {
         Ok(grant) => {
             if args.json {
                 let json = serde_json::json!({
@@ -222,16 +235,11 @@ async fn acquire(args: AcquireArgs) -> Result<ExitCode, ClientError> {
                     "fencing_token": grant.fencing_token,
                     "ttl_ms": grant.ttl.as_millis() as u64,
                     "expires_at_ms": grant.expires_at_ms,
+                    "shared": grant.shared,
                 });
                 println!("{}", json_line(&json));
             } else {
-                println!(
-                    "granted {} fencing_token={} lease_id={} ttl={}",
-                    Escaped(&grant.name),
-                    grant.fencing_token,
-                    Escaped(&grant.lease_id),
-                    humantime::format_duration(grant.ttl)
-                );
+                println!("{}", granted_text(&grant));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -272,14 +280,31 @@ async fn describe(args: DescribeArgs) -> Result<ExitCode, ClientError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `acquire` of a free lease, as text: `granted NAME fencing_token=N lease_id=ID ttl=T`, and
+/// ` shared` for a shared grant.
+fn granted_text(grant: &GrantedLease) -> String {
+    let mut text = format!(
+        "granted {} fencing_token={} lease_id={} ttl={}",
+        Escaped(&grant.name),
+        grant.fencing_token,
+        Escaped(&grant.lease_id),
+        humantime::format_duration(grant.ttl)
+    );
+    if grant.shared {
+        text.push_str(" shared");
+    }
+    text
+}
+
 // Holders are server-provided: human output quotes them with `{:?}`, which escapes quotes,
 // backslashes and every character [`is_control_or_bidi`] covers (`\u{1b}`, `\n`, `\0`,
 // `\u{202e}`); JSON output goes through [`json_line`].
 
-/// `describe` as text. An exclusive lease is one line, `held NAME holder=".." fencing_token=N
-/// remaining_ms=M`, or `free NAME`; a counting lease (limit > 1) is a line with the limit and
-/// the count of holders, then one indented line per holder, by increasing token. ` waiters=N`
-/// ends the first line when someone waits.
+/// `describe` as text. A lease with one holder is one line, `held NAME holder=".."
+/// fencing_token=N remaining_ms=M` (then ` shared` for a shared grant), or `free NAME`; a
+/// counting lease (limit > 1) or several shared holders make a line with the limit and the count
+/// of holders, then one indented line per holder, by increasing token. ` waiters=N` ends the
+/// first line when someone waits.
 fn description_text(name: &str, description: &LeaseDescription) -> String {
     let name = Escaped(name);
     let waiters = match description.waiters {
@@ -306,9 +331,9 @@ fn description_text(name: &str, description: &LeaseDescription) -> String {
     }
 }
 
-/// `describe --json`: one object. The top-level `holder`, `fencing_token` and `remaining_ms`
-/// (present while held) describe the holder with the smallest token, as before counting leases;
-/// `holders` lists every one.
+/// `describe --json`: one object. The top-level `holder`, `fencing_token`, `remaining_ms` and
+/// `shared` (present while held) describe the holder with the smallest token, as before counting
+/// leases; `holders` lists every one.
 fn description_json(name: &str, description: &LeaseDescription) -> serde_json::Value {
     let mut json = serde_json::json!({
         "name": name,
@@ -322,6 +347,7 @@ fn description_json(name: &str, description: &LeaseDescription) -> serde_json::V
         json["holder"] = first.holder.clone().into();
         json["fencing_token"] = first.fencing_token.into();
         json["remaining_ms"] = remaining_ms(first.remaining).into();
+        json["shared"] = first.shared.into();
     }
     json
 }
@@ -353,8 +379,14 @@ fn not_granted_json(name: &str, busy: &NotGranted) -> serde_json::Value {
     })
 }
 
+/// `holder=".." fencing_token=N remaining_ms=M`, the holder quoted and escaped; ` shared` after
+/// it for a shared grant.
 fn holder_fields(holder: &CurrentHolder) -> String {
-    format_holder(&holder.holder, holder.fencing_token, holder.remaining)
+    let mut fields = format_holder(&holder.holder, holder.fencing_token, holder.remaining);
+    if holder.shared {
+        fields.push_str(" shared");
+    }
+    fields
 }
 
 /// `holder=".." fencing_token=N remaining_ms=M`, the holder quoted and escaped.
@@ -370,6 +402,7 @@ fn holder_json(holder: &CurrentHolder) -> serde_json::Value {
         "holder": holder.holder,
         "fencing_token": holder.fencing_token,
         "remaining_ms": remaining_ms(holder.remaining),
+        "shared": holder.shared,
     })
 }
 
@@ -484,6 +517,14 @@ mod tests {
             holder: holder.into(),
             fencing_token,
             remaining: remaining_ms.map(Duration::from_millis),
+            shared: false,
+        }
+    }
+
+    fn shared(holder_name: &str, fencing_token: u64, remaining_ms: Option<u64>) -> CurrentHolder {
+        CurrentHolder {
+            shared: true,
+            ..holder(holder_name, fencing_token, remaining_ms)
         }
     }
 
@@ -522,6 +563,27 @@ mod tests {
         );
     }
 
+    /// A shared holder is marked `shared`: one on the single line, several on their own lines
+    /// under a read-write lease's limit of 1.
+    #[test]
+    fn describe_text_marks_shared_holders() {
+        let reader = shared("r1", 7, Some(2_900));
+        assert_eq!(
+            description_text("n", &description(1, vec![reader.clone()], 1)),
+            r#"held n holder="r1" fencing_token=7 remaining_ms=2900 shared waiters=1"#
+        );
+        let readers = vec![reader, shared("r2", 8, Some(3_000))];
+        assert_eq!(
+            description_text("n", &description(1, readers, 0)),
+            "held n limit=1 holders=2\n  \
+             holder=\"r1\" fencing_token=7 remaining_ms=2900 shared\n  \
+             holder=\"r2\" fencing_token=8 remaining_ms=3000 shared"
+        );
+        let json = description_json("n", &description(1, vec![shared("r1", 7, None)], 0));
+        assert_eq!(json["shared"], true);
+        assert_eq!(json["holders"][0]["shared"], true);
+    }
+
     /// `--json` keeps the keys it had (the single-holder fields describe the smallest token) and
     /// adds `limit`, `holders` and `waiters`, the same keys for both kinds of lease.
     #[test]
@@ -531,11 +593,11 @@ mod tests {
             description_json("n", &description(2, permits, 1)),
             serde_json::json!({
                 "name": "n", "held": true, "granted": false,
-                "holder": "a", "fencing_token": 7, "remaining_ms": 2900,
+                "holder": "a", "fencing_token": 7, "remaining_ms": 2900, "shared": false,
                 "limit": 2, "waiters": 1,
                 "holders": [
-                    { "holder": "a", "fencing_token": 7, "remaining_ms": 2900 },
-                    { "holder": "b", "fencing_token": 9, "remaining_ms": -1 },
+                    { "holder": "a", "fencing_token": 7, "remaining_ms": 2900, "shared": false },
+                    { "holder": "b", "fencing_token": 9, "remaining_ms": -1, "shared": false },
                 ],
             })
         );
@@ -574,6 +636,24 @@ mod tests {
             (json["permits_held"].as_u64(), json["limit"].as_u64()),
             (Some(3), Some(3))
         );
+    }
+
+    #[test]
+    fn granted_text_marks_a_shared_grant() {
+        let mut grant = GrantedLease {
+            name: "n".into(),
+            lease_id: "0123456789abcdef0123456789abcdef".into(),
+            fencing_token: 7,
+            ttl: Duration::from_secs(30),
+            expires_at_ms: 0,
+            shared: false,
+        };
+        assert_eq!(
+            granted_text(&grant),
+            "granted n fencing_token=7 lease_id=0123456789abcdef0123456789abcdef ttl=30s"
+        );
+        grant.shared = true;
+        assert!(granted_text(&grant).ends_with(" ttl=30s shared"));
     }
 
     #[test]

@@ -99,9 +99,11 @@ fn check_text(name: &str, fencing_token: u64, check: &TokenCheck) -> String {
 }
 
 /// One event as text: `CAUSE NAME holder=".." fencing_token=N` (the grant the event is about; a
-/// snapshot of a free lease is `snapshot NAME free`), then ` limit=L holders=K` after an event of
-/// a counting lease, and ` reason=".."` for a revoke. Holders and reasons are quoted with `{:?}`,
-/// which escapes control and bidirectional characters.
+/// snapshot of a free lease is `snapshot NAME free`) and ` shared` if that grant is a shared one
+/// that holds after the event (the server does not say the mode of a grant that ended), then
+/// ` limit=L holders=K` after an event of a counting lease or with several shared holders, and
+/// ` reason=".."` for a revoke. Holders and reasons are quoted with `{:?}`, which escapes control
+/// and bidirectional characters.
 fn watch_event_text(event: &WatchEvent) -> String {
     let mut text = format!("{} {}", event.cause, Escaped(&event.name));
     match &event.grant {
@@ -110,6 +112,9 @@ fn watch_event_text(event: &WatchEvent) -> String {
             grant.holder, grant.fencing_token
         )),
         None => text.push_str(" free"),
+    }
+    if event.grant_holder().is_some_and(|holder| holder.shared) {
+        text.push_str(" shared");
     }
     if event.limit > 1 || event.holders.len() > 1 {
         text.push_str(&format!(
@@ -126,7 +131,7 @@ fn watch_event_text(event: &WatchEvent) -> String {
 
 /// One event as JSON, the fields of the proto's `WatchEvent` (with `expires_at_ms`, Unix
 /// milliseconds, null when unset; `holder` "" and `fencing_token` 0 in a snapshot of a free
-/// lease).
+/// lease); each of `holders` says whether it is `shared`.
 fn watch_event_json(event: &WatchEvent) -> serde_json::Value {
     let grant = event.grant.as_ref();
     serde_json::json!({
@@ -169,6 +174,7 @@ mod tests {
                     holder: (*holder).into(),
                     fencing_token: *fencing_token,
                     remaining: Some(Duration::from_millis(900)),
+                    shared: false,
                 })
                 .collect(),
             reason: String::new(),
@@ -201,6 +207,24 @@ mod tests {
             watch_event_text(&permit),
             r#"granted n holder="b" fencing_token=9 limit=3 holders=2"#
         );
+        let mut readers = event(
+            WatchCause::Granted,
+            Some(("r2", 9)),
+            &[("r1", 7), ("r2", 9)],
+        );
+        for reader in &mut readers.holders {
+            reader.shared = true;
+        }
+        assert_eq!(
+            watch_event_text(&readers),
+            r#"granted n holder="r2" fencing_token=9 shared limit=1 holders=2"#
+        );
+        readers.cause = WatchCause::Released;
+        readers.holders.pop();
+        assert_eq!(
+            watch_event_text(&readers),
+            r#"released n holder="r2" fencing_token=9"#
+        );
         let hostile = event(
             WatchCause::Granted,
             Some(("e\u{1b}]0;x\u{7}\n\u{202e}", 9)),
@@ -221,7 +245,9 @@ mod tests {
             serde_json::json!({
                 "name": "n", "cause": "granted", "held": true, "holder": "a",
                 "fencing_token": 7, "expires_at_ms": 1_700_000_000_000_i64, "limit": 1,
-                "holders": [{ "holder": "a", "fencing_token": 7, "remaining_ms": 900 }],
+                "holders": [
+                    { "holder": "a", "fencing_token": 7, "remaining_ms": 900, "shared": false },
+                ],
                 "reason": "",
             })
         );

@@ -33,7 +33,7 @@ pub struct ListPage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedLease {
     pub name: String,
-    /// The limit in force: 1 for an exclusive lease, N for a counting lease.
+    /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease.
     pub limit: u32,
     /// Every permit taken (held, or in its lock-delay after an expiry), by increasing fencing
     /// token. An exclusive lease has one.
@@ -47,7 +47,7 @@ impl ListedLease {
         let mut holders: Vec<CurrentHolder> = lease
             .holders
             .into_iter()
-            .map(|h| CurrentHolder::new(h.holder, h.fencing_token, h.remaining_ms))
+            .map(CurrentHolder::from_wire)
             .collect();
         // Every listed lease has a holder; a server that filled only the fields of the one with
         // the smallest token still names it.

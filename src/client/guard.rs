@@ -45,6 +45,7 @@ pub struct LeaseGuard {
     lease_id: String,
     fencing_token: u64,
     ttl: Duration,
+    shared: bool,
     lost: watch::Receiver<Option<LostReason>>,
     stop_keepalive: Option<oneshot::Sender<()>>,
     keepalive: JoinHandle<()>,
@@ -79,6 +80,7 @@ impl LeaseGuard {
             lease_id: grant.lease_id,
             fencing_token: grant.fencing_token,
             ttl: grant.ttl,
+            shared: grant.shared,
             lost,
             stop_keepalive: Some(stop_keepalive),
             keepalive,
@@ -105,16 +107,32 @@ impl LeaseGuard {
         self.ttl
     }
 
+    /// True for a shared (read) grant of a read-write lease.
+    pub fn shared(&self) -> bool {
+        self.shared
+    }
+
     /// True once the lease must no longer be trusted.
     pub fn is_lost(&self) -> bool {
         self.lost.borrow().is_some()
     }
 
+    /// Why the lease must no longer be trusted; `None` while it is held.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.lost.borrow().clone()
+    }
+
     /// Resolves when the lease must no longer be trusted; never, while it is held.
     pub async fn lost(&self) -> LostReason {
         let mut lost = self.lost.clone();
-        match lost.wait_for(Option::is_some).await {
-            Ok(reason) => reason.clone().expect("waited for Some"),
+        // The watch's read guard is not `Send`: cloned out of it before any other `.await`, so
+        // that a spawned task can await the loss.
+        let reason = lost
+            .wait_for(Option::is_some)
+            .await
+            .map(|reason| reason.clone());
+        match reason {
+            Ok(reason) => reason.expect("waited for Some"),
             // The keepalive stopped without losing the lease (released): nothing will fire.
             Err(_) => std::future::pending().await,
         }

@@ -27,13 +27,19 @@
 //! # async fn do_the_work(_token: u64) {}
 //! ```
 //!
-//! To give up a wait, drop the future (`tokio::time::timeout`, `select!`, an aborted task): the
-//! call goes on in the background for [`GIVE_UP_GRACE`] and releases a grant that was already on
-//! its way, so a caller that left never keeps the lease.
+//! Each acquisition sends its own lease id (32 random hex digits), so an Acquire cut off by a
+//! connection reset or a replica that stopped is retried with it and answered the same grant. To
+//! give up a wait, drop the future (`tokio::time::timeout`, `select!`, an aborted task): in the
+//! background the call is cancelled and its lease id released (once more [`GIVE_UP_GRACE`]
+//! later if nothing was held yet), which ends a grant that was already on its way, so a caller
+//! that left never keeps the lease.
 //!
 //! A counting lease (a semaphore) lets up to N holders hold a name at once, each with its own
 //! guard and fencing token: `AcquireOptions::new(ttl).limit(5)`, the same N for every holder of
-//! the name. [`LeaseClient::describe_lease`] lists every holder and the waiters.
+//! the name. A read-write lease lets shared (read) holders in together and an exclusive one
+//! alone: `AcquireOptions::new(ttl).shared(true)`, or [`ReadWriteLease`]. A [`ReentrantLease`]
+//! is a handle that one task may lock again while it holds it. [`LeaseClient::describe_lease`]
+//! lists every holder, with its mode, and the waiters.
 //!
 //! `examples/guard.rs` is a runnable program built the same way (acquire with a wait, work until
 //! done or lost, release); `tests/client.rs` runs it against a real server.
@@ -46,9 +52,10 @@
 mod acquire;
 mod admin;
 mod guard;
+mod locks;
 mod watch;
 
-use std::{path::PathBuf, time::Duration};
+use std::{fmt, path::PathBuf, time::Duration};
 
 #[cfg(feature = "client-tls")]
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
@@ -61,10 +68,11 @@ use tonic::{
 pub use acquire::GIVE_UP_GRACE;
 pub use admin::{LeaseAdminClient, ListPage, ListedLease};
 pub use guard::{LeaseGuard, LostReason};
+pub use locks::{ReadWriteLease, ReentrantGuard, ReentrantLease};
 pub use watch::{WatchCause, WatchEvent, WatchStream, WatchedGrant};
 
 use crate::proto::{
-    CheckTokenRequest, DescribeRequest, DescribeResponse, ReleaseRequest, WatchRequest,
+    CheckTokenRequest, DescribeRequest, DescribeResponse, HolderInfo, ReleaseRequest, WatchRequest,
     lease_service_client::LeaseServiceClient,
 };
 
@@ -97,6 +105,10 @@ pub enum ClientError {
     /// The server broke the contract (e.g. an Acquire stream without a terminal message).
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// [`ReentrantLease::lock`] while the lease its levels hold is lost: every level must end
+    /// (be dropped) before the handle acquires the name again.
+    #[error("{0}")]
+    Lost(LostReason),
 }
 
 /// The connection to a server, with the bearer token (if any) added to every call: what every
@@ -145,8 +157,8 @@ impl Interceptor for BearerToken {
 }
 
 /// How to acquire: TTL, how long to wait for a busy lease, who is asking, how many may hold the
-/// name at once, and the lock-delay after an expiry.
-#[derive(Clone, Debug)]
+/// name at once, the lock-delay after an expiry, the mode, and (rarely) the lease id.
+#[derive(Clone)]
 pub struct AcquireOptions {
     pub ttl: Duration,
     pub wait: Duration,
@@ -155,10 +167,31 @@ pub struct AcquireOptions {
     pub limit: u32,
     /// How long the name (this permit) stays ungranted after this grant expires; zero by default.
     pub lock_delay: Duration,
+    /// A shared (read) grant of a read-write lease; false (the default) is exclusive.
+    pub shared: bool,
+    /// The lease id to acquire with; `None` (the default) makes a fresh random one for each
+    /// acquisition. See [`lease_id`](Self::lease_id).
+    pub lease_id: Option<String>,
+}
+
+/// The lease id is a secret: shown only as set or not.
+impl fmt::Debug for AcquireOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcquireOptions")
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("holder", &self.holder)
+            .field("limit", &self.limit)
+            .field("lock_delay", &self.lock_delay)
+            .field("shared", &self.shared)
+            .field("lease_id", &self.lease_id.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl AcquireOptions {
-    /// A TTL, no waiting, this host and process as the holder, an exclusive lease, no lock-delay.
+    /// A TTL, no waiting, this host and process as the holder, an exclusive lease, no lock-delay,
+    /// a fresh lease id for each acquisition.
     pub fn new(ttl: Duration) -> Self {
         AcquireOptions {
             ttl,
@@ -166,6 +199,8 @@ impl AcquireOptions {
             holder: default_holder(),
             limit: 0,
             lock_delay: Duration::ZERO,
+            shared: false,
+            lease_id: None,
         }
     }
 
@@ -199,6 +234,27 @@ impl AcquireOptions {
     /// without delay. Sent in milliseconds.
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = delay;
+        self
+    }
+
+    /// Ask for a shared (read) grant: the shared grants of a name coexist, an exclusive grant
+    /// (the default) excludes every other, which makes the name a read-write lock. Both modes
+    /// wait in one queue, in order: a waiting exclusive caller holds back the shared callers
+    /// behind it. Only with limit 0 or 1 (a counting lease has no modes). There is no upgrade
+    /// or downgrade: release, then acquire again.
+    pub fn shared(mut self, shared: bool) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Acquire with this lease id (22 to 128 characters of `A-Z a-z 0-9 _ -`) instead of a fresh
+    /// random one. An Acquire whose id already holds the name is answered that grant again (same
+    /// token, same expiry), so repeating an acquisition with its id is safe (`leased acquire
+    /// --lease-id`); giving such an acquisition up, or its failing, releases the id, and with it
+    /// the grant. The id is the holder's secret: make it 128 bits or more from a secure random
+    /// generator, and use a new one for each new acquisition.
+    pub fn lease_id(mut self, lease_id: impl Into<String>) -> Self {
+        self.lease_id = Some(lease_id.into());
         self
     }
 }
@@ -243,8 +299,8 @@ pub struct NotGranted {
     pub remaining: Option<Duration>,
     /// Permits taken: held, or in their lock-delay (1 for a held exclusive lease).
     pub held: u32,
-    /// The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when no permit is
-    /// taken.
+    /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease; 0
+    /// when no permit is taken.
     pub limit: u32,
 }
 
@@ -281,14 +337,26 @@ pub struct CurrentHolder {
     /// Time until the lease (this permit) frees unless renewed, lock-delay included; `None` if it
     /// has no expiry.
     pub remaining: Option<Duration>,
+    /// A shared (read) grant of a read-write lease; false for an exclusive grant and for the
+    /// permits of a counting lease.
+    pub shared: bool,
 }
 
 impl CurrentHolder {
+    /// An exclusive holder, from the single-holder fields of a server from before `holders`.
     fn new(holder: String, fencing_token: u64, remaining_ms: i64) -> Self {
         CurrentHolder {
             holder,
             fencing_token,
             remaining: remaining_from_ms(remaining_ms),
+            shared: false,
+        }
+    }
+
+    fn from_wire(info: HolderInfo) -> Self {
+        CurrentHolder {
+            shared: info.shared,
+            ..CurrentHolder::new(info.holder, info.fencing_token, info.remaining_ms)
         }
     }
 }
@@ -296,8 +364,8 @@ impl CurrentHolder {
 /// Everything `Describe` tells anyone about a lease ([`LeaseClient::describe_lease`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseDescription {
-    /// The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when nobody
-    /// holds it.
+    /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease; 0
+    /// when nobody holds it.
     pub limit: u32,
     /// Every permit taken (held, or in its lock-delay after an expiry), by increasing fencing
     /// token; empty when the lease is free. An exclusive lease has at most one.
@@ -325,7 +393,7 @@ impl LeaseDescription {
         let mut holders: Vec<CurrentHolder> = reply
             .holders
             .into_iter()
-            .map(|h| CurrentHolder::new(h.holder, h.fencing_token, h.remaining_ms))
+            .map(CurrentHolder::from_wire)
             .collect();
         let mut limit = reply.limit;
         // A server from before counting leases sends only the single-holder fields.
@@ -354,6 +422,8 @@ pub struct GrantedLease {
     pub ttl: Duration,
     /// Unix milliseconds on the server's store clock.
     pub expires_at_ms: i64,
+    /// A shared (read) grant of a read-write lease.
+    pub shared: bool,
 }
 
 /// The answer to [`LeaseClient::check_token`], true when it was sent: it can be stale by the time
@@ -572,6 +642,42 @@ mod tests {
             remaining_ms,
             expires_at: None,
         }
+    }
+
+    /// The mode of each holder comes through; two shared holders of a read-write lease have
+    /// limit 1.
+    #[test]
+    fn description_keeps_each_holders_mode() {
+        let shared = |holder, fencing_token| HolderInfo {
+            shared: true,
+            ..holder_info(holder, fencing_token, 900)
+        };
+        let reply = DescribeResponse {
+            held: true,
+            limit: 1,
+            holders: vec![shared("r1", 7), shared("r2", 8)],
+            ..Default::default()
+        };
+        let description = LeaseDescription::from_reply(reply);
+        assert!(description.holders.iter().all(|h| h.shared));
+        assert_eq!(description.limit, 1);
+        let exclusive = LeaseDescription::from_reply(DescribeResponse {
+            held: true,
+            limit: 1,
+            holders: vec![holder_info("w", 9, 900)],
+            ..Default::default()
+        });
+        assert!(!exclusive.holders[0].shared);
+    }
+
+    /// The lease id never shows in the options' Debug.
+    #[test]
+    fn options_debug_hides_the_lease_id() {
+        let options =
+            AcquireOptions::new(Duration::from_secs(1)).lease_id("s3cret-lease-id-0123456789");
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("lease_id: Some(\"<redacted>\")"), "{shown}");
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub struct WatchEvent {
     pub grant: Option<WatchedGrant>,
     /// Someone holds the lease after the event.
     pub held: bool,
-    /// The limit in force after the event: 1 for an exclusive lease, N for a counting lease; 0
-    /// when nobody holds it.
+    /// The limit in force after the event: 1 for an exclusive or read-write lease, N for a
+    /// counting lease; 0 when nobody holds it.
     pub limit: u32,
     /// Every holder after the event, by increasing fencing token (`remaining` as last known to
     /// the server). An exclusive lease has at most one.
@@ -101,6 +101,17 @@ impl WatchEvent {
     /// leader election, the leader), `None` when nobody holds it.
     pub fn current_holder(&self) -> Option<&CurrentHolder> {
         self.holders.first()
+    }
+
+    /// The grant this event is about as one of the holders after it, with its mode and
+    /// remaining time: for a [`Granted`](WatchCause::Granted) or
+    /// [`Snapshot`](WatchCause::Snapshot) event while that grant holds; `None` for one that
+    /// ended (the server does not say which mode an ended grant had).
+    pub fn grant_holder(&self) -> Option<&CurrentHolder> {
+        let grant = self.grant.as_ref()?;
+        self.holders
+            .iter()
+            .find(|holder| holder.fencing_token == grant.fencing_token)
     }
 
     fn from_wire(event: proto::WatchEvent) -> Self {
@@ -119,7 +130,7 @@ impl WatchEvent {
             holders: event
                 .holders
                 .into_iter()
-                .map(|h| CurrentHolder::new(h.holder, h.fencing_token, h.remaining_ms))
+                .map(CurrentHolder::from_wire)
                 .collect(),
             reason: event.reason,
         }
@@ -212,6 +223,37 @@ mod tests {
             Some(&CurrentHolder::new("a".into(), 7, 1_000))
         );
         assert_eq!(event.holders[1].remaining, None);
+        assert_eq!(event.grant_holder().map(|h| h.holder.as_str()), Some("b"));
+    }
+
+    /// A shared grant's mode is in its holder; a grant that ended is no longer among them.
+    #[test]
+    fn the_grant_holder_has_the_grants_mode_while_it_holds() {
+        let shared = |holder: &str, fencing_token| HolderInfo {
+            shared: true,
+            ..holder_info(holder, fencing_token, 900)
+        };
+        let granted = WatchEvent::from_wire(proto::WatchEvent {
+            cause: Cause::Granted as i32,
+            held: true,
+            holder: "r2".into(),
+            fencing_token: 8,
+            limit: 1,
+            holders: vec![shared("r1", 7), shared("r2", 8)],
+            ..Default::default()
+        });
+        let holder = granted.grant_holder().unwrap();
+        assert_eq!((holder.fencing_token, holder.shared), (8, true));
+        let released = WatchEvent::from_wire(proto::WatchEvent {
+            cause: Cause::Released as i32,
+            held: true,
+            holder: "r2".into(),
+            fencing_token: 8,
+            limit: 1,
+            holders: vec![shared("r1", 7)],
+            ..Default::default()
+        });
+        assert_eq!(released.grant_holder(), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `leased` client subcommands, run as real processes against a real server on Redis:
 //! `acquire`, `describe`, `release`, `leased run` (flock(1) for a fleet), `watch`, `check`, and
-//! the operators' `list` and `revoke`.
+//! the operators' `list` and `revoke`; shared (read) grants and own lease ids.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -10,6 +10,7 @@ mod docs;
 mod escaping;
 mod operators;
 mod run;
+mod shared;
 
 use std::{
     os::unix::process::CommandExt,

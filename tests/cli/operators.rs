@@ -120,9 +120,11 @@ async fn list_prints_every_held_lease_under_the_prefix() {
             "REMAINING_MS",
             "LIMIT",
             "HOLDERS",
-            "WAITERS"
+            "WAITERS",
+            "MODE"
         ]
     );
+    assert!(rows[1..].iter().all(|row| row[7] == "exclusive"), "{text}");
     let names: Vec<&str> = rows[1..].iter().map(|r| r[0]).collect();
     assert_eq!(names, ["cli/list/a", "cli/list/b", "cli/list/c"], "{text}");
     let token_of = |name: &str| tokens.iter().find(|(n, _)| *n == name).unwrap().1;
