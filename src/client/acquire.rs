@@ -9,9 +9,9 @@
 //!   line.
 //! - **Give up** (the caller drops the future: a timeout, a `select!`, a cancelled task; or the
 //!   acquisition ends in an error): the call is cancelled, then Release(name, id) ends a grant
-//!   that raced the give-up. The call runs in its own task, so that this happens although the
-//!   caller has left. A Release that found nothing held is sent once more [`GIVE_UP_GRACE`]
-//!   later ([`give_up`] says why).
+//!   that raced the give-up, and stops one still on its way (a released id grants nothing for a
+//!   minute). The call runs in its own task, so that this happens although the caller has
+//!   left.
 //!
 //! A grant read off the stream is an [`UnguardedGrant`] until a guard (or the caller of
 //! `acquire_once`) takes it, which releases it when dropped: a caller that left before reading
@@ -45,14 +45,6 @@ const ANSWER_SLACK: Duration = Duration::from_secs(10);
 /// release fails, a grant that raced the give-up stays held until its TTL.
 const GIVE_UP_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long after a give-up whose Release found nothing held the client releases its lease id
-/// once more, in the background. The server can still grant the id after that Release: a waiter
-/// it woke for the lease just as the cancellation came may make its grant before it learns that
-/// its caller left, and it never undoes the grant of a caller's own id (1 to 6 of 100 give-ups
-/// racing a release, in `tests/client.rs`). The second Release ends such a grant, instead of
-/// leaving it held until its TTL.
-pub const GIVE_UP_GRACE: Duration = Duration::from_secs(1);
-
 /// The answer of one acquisition: a grant (released if dropped untaken), or who holds the lease.
 type AcquireOutcome = Result<Result<UnguardedGrant, NotGranted>, ClientError>;
 
@@ -63,8 +55,7 @@ impl LeaseClient {
     /// with the same lease id up to 3 times (after 100, 200 and 400 ms), with the wait that is
     /// left: the server answers it the grant an earlier try got, or keeps its place in line.
     /// Dropping the future gives the wait up at once: in the background, the call is cancelled
-    /// and its lease id released (again [`GIVE_UP_GRACE`] later if nothing was held yet), which
-    /// ends a grant that was already on its way. An acquisition that ends in an error releases
+    /// and its lease id released, which ends a grant that was already on its way. An acquisition that ends in an error releases
     /// its id the same way before the error is returned.
     pub async fn acquire(
         &self,
@@ -303,20 +294,10 @@ fn may_have_granted(error: &ClientError) -> bool {
 
 /// Releases the lease id of an acquisition that will not hand a grant over, whose call is
 /// already cancelled: a grant that raced the give-up ends now (the server never releases a grant
-/// of the caller's own id by itself). If that Release found nothing held, a grant may still be
-/// on its way from a waiter that had not yet seen the cancellation: released once more
-/// [`GIVE_UP_GRACE`] later, in the background. Best effort.
+/// of the caller's own id by itself), and one still on its way from a waiter that had not yet
+/// seen the cancellation is refused (a released id grants nothing for a minute). Best effort.
 async fn give_up(client: &LeaseClient, name: &str, lease_id: &str, why: &'static str) {
-    if release_given_up(client, name, lease_id, why).await {
-        return;
-    }
-    let (client, name, lease_id) = (client.clone(), name.to_owned(), lease_id.to_owned());
-    tokio::spawn(async move {
-        tokio::time::sleep(GIVE_UP_GRACE).await;
-        if release_given_up(&client, &name, &lease_id, why).await {
-            tracing::debug!(%name, "{why}: a grant made after its first release was released");
-        }
-    });
+    release_given_up(client, name, lease_id, why).await;
 }
 
 /// One Release of a given-up lease id: true if it ended a grant.

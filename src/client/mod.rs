@@ -30,9 +30,9 @@
 //! Each acquisition sends its own lease id (32 random hex digits), so an Acquire cut off by a
 //! connection reset or a replica that stopped is retried with it and answered the same grant. To
 //! give up a wait, drop the future (`tokio::time::timeout`, `select!`, an aborted task): in the
-//! background the call is cancelled and its lease id released (once more [`GIVE_UP_GRACE`]
-//! later if nothing was held yet), which ends a grant that was already on its way, so a caller
-//! that left never keeps the lease.
+//! background the call is cancelled and its lease id released, which ends a grant that was
+//! already on its way (or refuses one still coming), so a caller that left never keeps the
+//! lease.
 //!
 //! A counting lease (a semaphore) lets up to N holders hold a name at once, each with its own
 //! guard and fencing token: `AcquireOptions::new(ttl).limit(5)`, the same N for every holder of
@@ -65,7 +65,6 @@ use tonic::{
     transport::{Channel, Endpoint},
 };
 
-pub use acquire::GIVE_UP_GRACE;
 pub use admin::{LeaseAdminClient, ListPage, ListedLease};
 pub use guard::{LeaseGuard, LostReason};
 pub use locks::{ReadWriteLease, ReentrantGuard, ReentrantLease};

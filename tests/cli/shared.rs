@@ -228,11 +228,9 @@ async fn list_shows_the_mode_of_each_lease() {
     list_shows_modes(&server.endpoint());
 }
 
-/// [`list_shows_the_mode_of_each_lease`] on Redis. Ignored: the Redis store's List leaves out a
-/// name held only by shared grants (`KeyKinds::lists` in src/store/redis/list.rs takes a limit
-/// of 1 for the lease key, but shared grants are kept as permits).
+/// [`list_shows_the_mode_of_each_lease`] on Redis, where shared grants are listed through their
+/// permits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the Redis store's List leaves out names held only by shared grants"]
 async fn list_shows_the_mode_of_each_lease_on_redis() {
     let setup = setup().await;
     list_shows_modes(&setup.server.endpoint());
