@@ -771,13 +771,22 @@ async fn the_same_own_lease_id_answers_the_same_grant() {
         Acquired::NotGranted(busy) if busy.fencing_token == first.fencing_token
     ));
     assert!(guard.release().await.unwrap());
+    // Released, the id grants nothing for a minute: a new acquisition takes a new id.
+    match client.acquire_once("own-id", &options).await {
+        Err(ClientError::Status(status)) => {
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+            assert!(status.message().starts_with("lease_id"), "{status:?}");
+        }
+        other => panic!("a released id was answered {other:?}"),
+    }
+    let fresh = AcquireOptions::new(Duration::from_secs(30));
     let next = client
-        .acquire_once("own-id", &options)
+        .acquire_once("own-id", &fresh)
         .await
         .unwrap()
         .expect("granted anew");
     assert!(next.fencing_token > first.fencing_token);
-    assert!(client.release("own-id", lease_id).await.unwrap());
+    assert!(client.release("own-id", &next.lease_id).await.unwrap());
 }
 
 /// A waiting `acquire` whose connection breaks (a proxy in front of the server closes every

@@ -407,13 +407,17 @@ impl Drop for UnguardedGrant {
 }
 
 /// An Acquire's error status as the caller should see it: a limit that differs from the one in
-/// force (`FAILED_PRECONDITION`, which only Acquire answers) gets its own variant.
+/// force (`FAILED_PRECONDITION`, which only Acquire answers) gets its own variant. The other
+/// `FAILED_PRECONDITION`s are about the lease id (released lately, or its wait replaced by a
+/// retry) and name the field first: they stay statuses.
 fn acquire_error(status: tonic::Status, requested_limit: u32) -> ClientError {
     match status.code() {
-        tonic::Code::FailedPrecondition => ClientError::LimitMismatch {
-            requested: requested_limit,
-            message: status.message().to_owned(),
-        },
+        tonic::Code::FailedPrecondition if !status.message().starts_with("lease_id") => {
+            ClientError::LimitMismatch {
+                requested: requested_limit,
+                message: status.message().to_owned(),
+            }
+        }
         _ => ClientError::Status(status),
     }
 }
