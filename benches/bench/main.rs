@@ -7,8 +7,9 @@
 //! - [`harness`]: the processes (shared with the integration tests, `tests/harness/`).
 //! - [`procs`]: the bench's side of them: CPU metering, `target/bench/`, `--leased-bin`.
 //! - [`measure`]: closed-loop workers, latency quantiles, result rows.
-//! - [`workload`]: the store's scripts called directly, and cycles (of exclusive leases and of
-//!   permits of counting leases) and renewals over gRPC.
+//! - [`workload`]: the store's scripts called directly, and cycles (of exclusive leases, of
+//!   permits of counting leases, and of shared or exclusive grants of read-write leases) and
+//!   renewals over gRPC.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
 //! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
 //!   waiter costs in Redis.
@@ -58,7 +59,7 @@ use crate::{
     scenarios::{
         etcd_lock, fair_contention, grpc_cycle, grpc_cycle_memory, grpc_renew, handoff, held_scale,
         idle_waiting, permit_memory, redis_benchmark_setnx, redis_calls, redis_direct,
-        redis_py_lock, renew_stream_memory, semaphore_cycle, watch_fanout,
+        redis_py_lock, renew_stream_memory, rw_cycle, semaphore_cycle, watch_fanout,
     },
 };
 
@@ -71,6 +72,11 @@ const CONCURRENCY: [usize; 3] = [1, 16, 64];
 /// Callers, and permits per name (the counting lease's limit), of `semaphore_cycle`.
 const SEMAPHORE_CONCURRENCY: usize = 64;
 const SEMAPHORE_LIMIT: u32 = 8;
+
+/// Callers, read-write names, and the share of shared Acquires (in %) of `rw_cycle`.
+const RW_CONCURRENCY: usize = 64;
+const RW_NAMES: usize = 8;
+const RW_SHARED_PERCENT: u64 = 90;
 
 /// Open Renew streams in `grpc_renew` and `held_scale`.
 const RENEW_STREAMS: usize = 1000;
@@ -151,9 +157,9 @@ impl Run {
         format!("{} HTTP/2 connections", self.channels.len())
     }
 
-    /// Rounds of a measurement taken in turns with another one (`semaphore_cycle` with
-    /// `grpc_cycle@64`): a drift of the machine's speed (other processes, thermal) then weighs on
-    /// both alike.
+    /// Rounds of a measurement taken in turns with another one (`semaphore_cycle` and `rw_cycle`
+    /// with `grpc_cycle@64`): a drift of the machine's speed (other processes, thermal) then
+    /// weighs on both alike.
     fn rounds_in_turns(&self) -> u32 {
         if self.args.quick { 2 } else { 5 }
     }
@@ -251,6 +257,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("redis_direct", redis_direct(&run));
     scenario!("grpc_cycle", grpc_cycle(&run));
     scenario!("semaphore_cycle", semaphore_cycle(&run));
+    scenario!("rw_cycle", rw_cycle(&run));
     scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
     scenario!("grpc_renew", grpc_renew(&run));
     scenario!("handoff", handoff(&run));

@@ -29,6 +29,10 @@ pub trait Worker: Send + 'static {
     fn latency(&self, whole: Duration) -> Duration {
         whole
     }
+
+    /// Called after each measured operation (never after one of the warm-up), once its latency
+    /// is recorded: a worker that tallies its operations by outcome counts the measured ones here.
+    fn measured(&mut self) {}
 }
 
 /// What a measurement saw: the latency of every measured operation, the time they took, and
@@ -185,6 +189,7 @@ pub async fn closed_loop<W: Worker>(
                 let done = Instant::now();
                 if op_started >= measure_from {
                     latencies.push(worker.latency(done - op_started));
+                    worker.measured();
                     last_done = done;
                 }
             }

@@ -221,6 +221,25 @@ fn ratios(rows: &[Row]) -> serde_json::Map<String, Value> {
             );
         }
     }
+    // Against the exclusive cycles measured in turns with it: grants, and Redis's CPU per grant.
+    if let Some(row) = find(rows, "rw_cycle@64") {
+        let number = |key: &str| row.extra.get(key).and_then(Value::as_f64);
+        if let Some(ratio) = number("grants_ratio_to_grpc_cycle") {
+            ratios.insert(
+                "rw_cycle@64 grants_per_s / grpc_cycle@64 ops_per_s (in turns)".to_owned(),
+                json!(ratio),
+            );
+        }
+        if let (Some(rw), Some(exclusive)) = (
+            number("redis_cpu_us_per_grant"),
+            number("grpc_cycle_redis_cpu_us_per_op"),
+        ) {
+            ratios.insert(
+                "rw_cycle@64 / grpc_cycle@64 (in turns) Redis CPU per grant".to_owned(),
+                json!((rw / exclusive * 1000.0).round() / 1000.0),
+            );
+        }
+    }
     for peer in ["redis_py_lock_handoff@1", "etcd_lock_handoff@1"] {
         if let (Some(ours), Some(theirs)) = (find(rows, "handoff@1"), find(rows, peer)) {
             ratios.insert(

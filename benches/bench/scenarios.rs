@@ -6,7 +6,9 @@ use std::time::Duration;
 use leased::lease::limits::parse_name;
 
 use crate::{
-    BenchResult, FANOUT_WATCHERS, RENEW_STREAMS, Run, SEMAPHORE_CONCURRENCY, SEMAPHORE_LIMIT,
+    BenchResult, FANOUT_WATCHERS, RENEW_STREAMS, RW_CONCURRENCY, RW_NAMES, RW_SHARED_PERCENT, Run,
+    SEMAPHORE_CONCURRENCY, SEMAPHORE_LIMIT,
+    commandstats::{CallMeter, Calls, per_unit},
     etcd::{EtcdContender, EtcdCycle},
     fair, fanout,
     handoff::{self, LeasedContender},
@@ -15,7 +17,7 @@ use crate::{
     peers, procs, redis_calls as calls,
     report::thousands,
     scale,
-    workload::{self, DirectCycle, DirectRenew},
+    workload::{self, DirectCycle, DirectRenew, RwTally},
 };
 
 pub(crate) async fn redis_direct(run: &Run) -> BenchResult<Vec<Row>> {
@@ -131,6 +133,109 @@ pub(crate) async fn semaphore_cycle(run: &Run) -> BenchResult<Vec<Row>> {
         )
         .with("ops_per_s_by_round", counting_rounds)
         .with("ratio_to_grpc_cycle", (ratio * 1000.0).round() / 1000.0),
+    ])
+}
+
+/// `rw_cycle@64`: 64 callers, each cycle a try-once Acquire (as in `grpc_cycle`) of one of 8
+/// read-write names drawn at random, shared 90 % of the time and exclusive 10 %, then its Release
+/// when granted; a name busy for the mode answers `not_granted` and the cycle ends there. Ops are
+/// cycles; the note gives the grants a second and the share of each mode's calls granted. Measured
+/// in turns with `grpc_cycle@64` (64 callers, one name each), as `semaphore_cycle` is, and both
+/// report Redis's CPU (from `/proc`, as every row's CPU column) and its calls (`INFO
+/// commandstats`, the scripts' commands included, warm-ups included on both sides) per grant.
+pub(crate) async fn rw_cycle(run: &Run) -> BenchResult<Vec<Row>> {
+    let concurrency = RW_CONCURRENCY;
+    let rounds = run.rounds_in_turns();
+    let names: Vec<String> = (0..RW_NAMES)
+        .map(|name| format!("bench/rw/{name}"))
+        .collect();
+    let mut meter = CallMeter::reset(&run.redis)?;
+    let (mut exclusive, mut rw) = (Vec::new(), Vec::new());
+    let (mut exclusive_calls, mut rw_calls) = (Calls::default(), Calls::default());
+    let (mut exclusive_cycles, mut all, mut measured) = (0, RwTally::default(), RwTally::default());
+    for round in 0..=rounds {
+        let prefix = format!("bench/rw/exclusive-{round}");
+        let workers = workload::grpc_cycle_workers(&run.channels, concurrency, &prefix);
+        let before = meter.read()?;
+        let (samples, workers) = closed_loop(workers, run.round_budget(round)).await?;
+        exclusive_calls.add(&meter.read()?.since(&before));
+        exclusive_cycles += workers.iter().map(|worker| worker.cycles).sum::<u64>();
+        exclusive.push(samples);
+        if round < rounds {
+            let workers =
+                workload::rw_cycle_workers(&run.channels, concurrency, &names, RW_SHARED_PERCENT);
+            let before = meter.read()?;
+            let (samples, workers) = closed_loop(workers, run.round_budget(round)).await?;
+            rw_calls.add(&meter.read()?.since(&before));
+            for worker in &workers {
+                all.add(&worker.all);
+                measured.add(&worker.measured);
+            }
+            rw.push(samples);
+        }
+    }
+    let per_round = |parts: &[Samples]| -> Vec<f64> {
+        parts.iter().map(|part| part.ops_per_s().round()).collect()
+    };
+    let (exclusive_rounds, rw_rounds) = (per_round(&exclusive), per_round(&rw));
+    let (exclusive, samples) = (Samples::merge(exclusive), Samples::merge(rw));
+    if measured.grants() == 0 {
+        return Err("rw_cycle: no Acquire was granted".into());
+    }
+    let grants_per_s = measured.grants() as f64 / samples.elapsed.as_secs_f64();
+    let redis_label = run.redis.label();
+    let redis_cpu_us = |samples: &Samples, grants: u64| {
+        let (_, spent) = samples.cpu.iter().find(|(label, _)| label == redis_label)?;
+        Some(spent.as_secs_f64() * 1e6 / grants.max(1) as f64)
+    };
+    let rw_redis_us = redis_cpu_us(&samples, measured.grants()).unwrap_or(f64::NAN);
+    let exclusive_redis_us =
+        redis_cpu_us(&exclusive, exclusive.latencies.len() as u64).unwrap_or(f64::NAN);
+    let rw_calls_per_grant = rw_calls.total() as f64 / all.grants().max(1) as f64;
+    let rw_calls_per_cycle = rw_calls.total() as f64 / all.attempts().max(1) as f64;
+    let exclusive_calls_per_cycle = exclusive_calls.total() as f64 / exclusive_cycles.max(1) as f64;
+    let ratio = grants_per_s / exclusive.ops_per_s();
+    let round3 = |value: f64| (value * 1000.0).round() / 1000.0;
+    let round1 = |value: f64| (value * 10.0).round() / 10.0;
+    Ok(vec![
+        Row::new(
+            format!("rw_cycle@{concurrency}"),
+            &samples,
+            format!(
+                "try-once Acquire of one of {RW_NAMES} names, {RW_SHARED_PERCENT} % shared / {} % \
+                 exclusive, + Release when granted, over gRPC, Redis store; ops = cycles; {} \
+                 grants/s ({:.1} % of shared and {:.1} % of exclusive calls granted), {ratio:.2} \
+                 × the {} ops/s of grpc_cycle@{concurrency} measured in turns with it; per grant \
+                 Redis {rw_redis_us:.0} µs CPU and {} calls ({} per cycle), grpc_cycle@{concurrency} \
+                 {exclusive_redis_us:.0} µs and {}; {}",
+                100 - RW_SHARED_PERCENT,
+                thousands(grants_per_s),
+                measured.shared.granted_percent(),
+                measured.exclusive.granted_percent(),
+                thousands(exclusive.ops_per_s()),
+                per_unit(round3(rw_calls_per_grant)),
+                per_unit(round3(rw_calls_per_cycle)),
+                per_unit(round3(exclusive_calls_per_cycle)),
+                run.connections_note()
+            ),
+        )
+        .with("names", RW_NAMES)
+        .with("shared_percent", RW_SHARED_PERCENT)
+        .with("grants_per_s", grants_per_s.round())
+        .with("shared_calls", measured.shared.attempts)
+        .with("shared_grants", measured.shared.grants)
+        .with("exclusive_calls", measured.exclusive.attempts)
+        .with("exclusive_grants", measured.exclusive.grants)
+        .with("redis_cpu_us_per_grant", round1(rw_redis_us))
+        .with("redis_calls_per_grant", round3(rw_calls_per_grant))
+        .with("redis_calls_per_cycle", round3(rw_calls_per_cycle))
+        .with("redis_calls_per_grant_by_command", rw_calls.to_json(all.grants().max(1) as f64))
+        .with("ops_per_s_by_round", rw_rounds)
+        .with("grpc_cycle_ops_per_s", exclusive.ops_per_s().round())
+        .with("grpc_cycle_ops_per_s_by_round", exclusive_rounds)
+        .with("grpc_cycle_redis_cpu_us_per_op", round1(exclusive_redis_us))
+        .with("grpc_cycle_redis_calls_per_op", round3(exclusive_calls_per_cycle))
+        .with("grants_ratio_to_grpc_cycle", round3(ratio)),
     ])
 }
 

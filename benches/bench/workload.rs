@@ -1,6 +1,7 @@
 //! Load on leased itself: the store's scripts straight through fred (the ceiling), acquire and
-//! release cycles (of exclusive leases and of permits of counting leases) and renewals through
-//! the gRPC server, and many leases held at once.
+//! release cycles (of exclusive leases, of permits of counting leases, and of shared or
+//! exclusive grants of read-write leases) and renewals through the gRPC server, and many leases
+//! held at once.
 
 use std::{
     sync::Arc,
@@ -211,13 +212,174 @@ pub fn proto_client(channel: &Channel) -> LeaseServiceClient<Channel> {
 pub struct GrpcCycle {
     pub client: LeaseServiceClient<Channel>,
     pub name: String,
+    /// Cycles done, the warm-up's included.
+    pub cycles: u64,
 }
 
 impl Worker for GrpcCycle {
     async fn op(&mut self) -> BenchResult<()> {
         let granted = acquire_granted(&mut self.client, &self.name, CYCLE_TTL_MS).await?;
-        release(&mut self.client, granted.name, granted.lease_id).await
+        release(&mut self.client, granted.name, granted.lease_id).await?;
+        self.cycles += 1;
+        Ok(())
     }
+}
+
+/// Try-once Acquires of one mode and how many were granted.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tries {
+    pub attempts: u64,
+    pub grants: u64,
+}
+
+impl Tries {
+    /// Granted attempts in %.
+    pub fn granted_percent(&self) -> f64 {
+        match self.attempts {
+            0 => 0.0,
+            attempts => self.grants as f64 * 100.0 / attempts as f64,
+        }
+    }
+}
+
+/// The cycles of read-write workers by mode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RwTally {
+    pub shared: Tries,
+    pub exclusive: Tries,
+}
+
+impl RwTally {
+    fn count(&mut self, shared: bool, granted: bool) {
+        let tries = match shared {
+            true => &mut self.shared,
+            false => &mut self.exclusive,
+        };
+        tries.attempts += 1;
+        tries.grants += granted as u64;
+    }
+
+    pub fn add(&mut self, other: &RwTally) {
+        for (mine, theirs) in [
+            (&mut self.shared, &other.shared),
+            (&mut self.exclusive, &other.exclusive),
+        ] {
+            mine.attempts += theirs.attempts;
+            mine.grants += theirs.grants;
+        }
+    }
+
+    pub fn attempts(&self) -> u64 {
+        self.shared.attempts + self.exclusive.attempts
+    }
+
+    pub fn grants(&self) -> u64 {
+        self.shared.grants + self.exclusive.grants
+    }
+}
+
+/// A try-once Acquire of one of `names` (read-write leases), at random, shared with probability
+/// `shared_percent` % and exclusive otherwise, then its Release when it was granted. A name that
+/// is busy for the mode (held exclusive; for an exclusive call, held at all) answers
+/// `not_granted`, and the cycle ends there, as a try-once caller's would.
+pub struct RwCycle {
+    pub client: LeaseServiceClient<Channel>,
+    pub names: Arc<[String]>,
+    pub shared_percent: u64,
+    /// SplitMix64 state: each worker draws its own sequence of names and modes.
+    rng: u64,
+    /// The mode of the last cycle, and whether it was granted.
+    last: (bool, bool),
+    /// Every cycle, the warm-up's included, and the measured ones.
+    pub all: RwTally,
+    pub measured: RwTally,
+}
+
+impl RwCycle {
+    pub fn new(
+        client: LeaseServiceClient<Channel>,
+        names: Arc<[String]>,
+        shared_percent: u64,
+        seed: u64,
+    ) -> Self {
+        RwCycle {
+            client,
+            names,
+            shared_percent,
+            rng: seed,
+            last: (false, false),
+            all: RwTally::default(),
+            measured: RwTally::default(),
+        }
+    }
+
+    fn draw(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl Worker for RwCycle {
+    async fn op(&mut self) -> BenchResult<()> {
+        let draw = self.draw();
+        let name = &self.names[(draw % self.names.len() as u64) as usize];
+        let shared = (draw >> 32) % 100 < self.shared_percent;
+        let request = AcquireRequest {
+            shared,
+            ..try_once(name, CYCLE_TTL_MS, 0)
+        };
+        let mut stream = self.client.acquire(request).await?.into_inner();
+        let mut granted = None;
+        loop {
+            let Some(message) = stream.message().await? else {
+                return Err(format!("Acquire of {name} ended without a terminal message").into());
+            };
+            match message.result {
+                Some(acquire_response::Result::Granted(grant)) => {
+                    granted = Some(grant);
+                    break;
+                }
+                Some(acquire_response::Result::NotGranted(_)) => break,
+                _ => {}
+            }
+        }
+        let was_granted = granted.is_some();
+        if let Some(grant) = granted {
+            release(&mut self.client, grant.name, grant.lease_id).await?;
+        }
+        self.last = (shared, was_granted);
+        self.all.count(shared, was_granted);
+        Ok(())
+    }
+
+    fn measured(&mut self) {
+        let (shared, granted) = self.last;
+        self.measured.count(shared, granted);
+    }
+}
+
+/// `concurrency` read-write cycle workers spread round-robin over `channels`, each drawing from
+/// every one of `names`.
+pub fn rw_cycle_workers(
+    channels: &[Channel],
+    concurrency: usize,
+    names: &[String],
+    shared_percent: u64,
+) -> Vec<RwCycle> {
+    let names: Arc<[String]> = names.into();
+    (0..concurrency)
+        .map(|worker| {
+            RwCycle::new(
+                LeaseServiceClient::new(channels[worker % channels.len()].clone()),
+                names.clone(),
+                shared_percent,
+                (worker as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407),
+            )
+        })
+        .collect()
 }
 
 /// Acquire (a permit of a counting lease) then Release through the gRPC server: `limit` workers
@@ -263,6 +425,7 @@ pub fn grpc_cycle_workers(
         .map(|worker| GrpcCycle {
             client: LeaseServiceClient::new(channels[worker % channels.len()].clone()),
             name: format!("{prefix}/{worker}"),
+            cycles: 0,
         })
         .collect()
 }

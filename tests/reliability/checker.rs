@@ -1,8 +1,9 @@
 //! The checker: clients contend for a few names through real `leased` replicas, hold what they
 //! are granted while renewing it, write to a fenced resource while they believe they hold it, and
 //! record every event on one monotonic clock. Some names are exclusive leases; the counting names
-//! are counting leases (every caller asks for the same `limit`, [`Counting`]), contended by their
-//! own clients. [`Checker::verify`] then checks the record:
+//! are counting leases (every caller asks for the same `limit`, [`Counting`]), and the read-write
+//! names are held shared or exclusive ([`ReadWrite`]), each kind contended by its own clients.
+//! [`Checker::verify`] then checks the record:
 //!
 //! - **At most `limit` holders (1 for an exclusive lease).** A holder's lease, by its own view,
 //!   runs from the moment it received `granted` until the earliest of: its release call, its
@@ -29,6 +30,26 @@
 //! - **Occupancy.** `waiting` and `not_granted` report `held` at most the limit, and as the limit
 //!   in force the name's own (1 for an exclusive lease) or 0; no call fails with
 //!   `FAILED_PRECONDITION` (every caller of a name asks for the same limit).
+//!
+//! The read-write names ([`ReadWrite`]) have clients of their own, each of whose calls asks for a
+//! shared (read) or an exclusive (write) grant at random:
+//!
+//! - **Modes.** An exclusive view never overlaps any other view of the name, shared or exclusive
+//!   (beyond [`CLOCK_SLACK`]); shared views may overlap each other, and the report gives the most
+//!   that did. `waiting` and `not_granted` report the limit in force as 1 or 0 (`held` counts the
+//!   shared grants, so it is not bounded).
+//! - **FIFO between modes**, the rule above with the modes mixed: a waiter X (first `waiting`
+//!   arrived) is not overtaken by a caller Y that asked after that, whatever their modes, when the
+//!   record can prove it. The server serves one queue for both modes: a caller not in line is
+//!   granted only while nobody waits, an exclusive caller in line only when it is first and
+//!   nothing is taken, and a shared one only in the run of shared callers at the head of the line,
+//!   behind every exclusive one. So Y cannot go before X if X is exclusive (it holds back every
+//!   caller behind it: a later shared one too), if Y is exclusive (it stands behind X), or if Y
+//!   never waited (granted on its first attempt, which finds the queue empty only once X left).
+//!   A shared Y that waited behind a shared X may be due together with it, in the same run, and
+//!   take its grant first: such a pair is counted apart, not checked.
+//! - Tokens, as above, increase across the grants of both modes; exclusive holders write to the
+//!   fenced resource and are checked as on an exclusive name, shared holders do not write.
 //!
 //! Faults that lose Redis data (a restart without persistence, a failover to a replica that
 //! missed writes) suspend mutual exclusion for up to one TTL: overlaps that begin inside such a
@@ -69,6 +90,8 @@ pub struct Workload {
     pub names: usize,
     /// The counting names and their own clients.
     pub counting: Counting,
+    /// The read-write names and their own clients.
+    pub read_write: ReadWrite,
     /// TTLs are drawn from this inclusive range.
     pub ttl_ms: (u64, u64),
     /// Holders keep a lease for up to this long (renewing every third of the TTL).
@@ -91,27 +114,43 @@ pub struct Counting {
     pub limit: u32,
 }
 
+/// Read-write names: `clients` more clients contend for `names` more names, each call asking for
+/// a shared grant with probability `shared_percent` %, else for an exclusive one (`limit` 0).
+#[derive(Clone, Copy, Debug)]
+pub struct ReadWrite {
+    pub clients: usize,
+    pub names: usize,
+    pub shared_percent: u64,
+}
+
 impl Workload {
     pub fn max_ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms.1)
     }
 
-    /// Every name: the exclusive ones, then the counting ones.
+    /// Every name: the exclusive ones, the counting ones, then the read-write ones.
     pub fn all_names(&self) -> usize {
-        self.names + self.counting.names
+        self.names + self.counting.names + self.read_write.names
     }
 
-    /// Every client: those of the exclusive names, then those of the counting names.
+    /// Every client: those of the exclusive names, of the counting names, then of the read-write
+    /// names.
     pub fn all_clients(&self) -> usize {
-        self.clients + self.counting.clients
+        self.clients + self.counting.clients + self.read_write.clients
     }
 
     /// Whether name `name` (an index into [`Checker::names`]) is a counting lease.
     pub fn is_counting(&self, name: usize) -> bool {
-        name >= self.names
+        (self.names..self.names + self.counting.names).contains(&name)
     }
 
-    /// The `limit` that callers of `name` send: 0 (exclusive) or the counting limit.
+    /// Whether name `name` is a read-write name (its callers ask for shared or exclusive grants).
+    pub fn is_read_write(&self, name: usize) -> bool {
+        name >= self.names + self.counting.names
+    }
+
+    /// The `limit` that callers of `name` send: 0 (exclusive, or a read-write name) or the
+    /// counting limit.
     pub fn limit_of(&self, name: usize) -> u32 {
         match self.is_counting(name) {
             true => self.counting.limit,
@@ -119,16 +158,22 @@ impl Workload {
         }
     }
 
-    /// How many holders `name` may have at once.
+    /// How many holders `name` may have at once: its limit, 1 for an exclusive lease. On a
+    /// read-write name, 1 exclusive holder, or shared holders without a bound (the limit in force
+    /// that `waiting` reports is 1 all the same).
     pub fn holders_allowed(&self, name: usize) -> usize {
         self.limit_of(name).max(1) as usize
     }
 
     /// The names client `index` contends for.
     fn names_of(&self, client: usize) -> std::ops::Range<usize> {
-        match client < self.clients {
-            true => 0..self.names,
-            false => self.names..self.all_names(),
+        let counting = self.names + self.counting.names;
+        if client < self.clients {
+            0..self.names
+        } else if client < self.clients + self.counting.clients {
+            self.names..counting
+        } else {
+            counting..self.all_names()
         }
     }
 }
@@ -169,6 +214,11 @@ pub enum Event {
         ttl: Duration,
         sent: Duration,
         received: Duration,
+        /// A shared grant (of a read-write name).
+        shared: bool,
+        /// The call was answered `waiting` before its grant (it stood in the queue; it also has
+        /// its [`Event::Waited`]). Without, it was granted on its first attempt.
+        waited: bool,
     },
     Renewed {
         lease: usize,
@@ -214,6 +264,8 @@ pub enum Event {
         client: usize,
         replica: usize,
         name: usize,
+        /// It asked for a shared grant (of a read-write name).
+        shared: bool,
         /// When the Acquire was sent, and the `wait_ms` it asked for.
         sent: Duration,
         wait: Duration,
@@ -271,6 +323,7 @@ impl Checker {
             .chain(
                 (0..workload.counting.names).map(|index| format!("{name_prefix}/counting-{index}")),
             )
+            .chain((0..workload.read_write.names).map(|index| format!("{name_prefix}/rw-{index}")))
             .collect();
         Arc::new(Checker {
             resource: FencedResource {

@@ -3,7 +3,10 @@
 //! proves from the record that no lease was double-granted, no token went backwards, and (away
 //! from faults) no waiter was overtaken by a caller that asked after it was queued. Every run
 //! also has counting names (counting leases of limit 3, with their own clients), checked through
-//! the same faults: never more than 3 holders at once, and the same token and FIFO rules.
+//! the same faults: never more than 3 holders at once, and the same token and FIFO rules; and
+//! read-write names (with their own clients, each call shared or exclusive at random): no
+//! exclusive view overlaps another view, shared views do overlap, and FIFO holds between the
+//! modes.
 //!
 //! CI runs a bounded schedule of every fault once. The long runs are `#[ignore]`d:
 //!
@@ -27,7 +30,7 @@ mod standalone;
 
 use std::sync::Arc;
 
-use checker::{Checker, Counting, GcPauses, Report, Workload};
+use checker::{Checker, Counting, GcPauses, ReadWrite, Report, Workload};
 use tokio::{
     sync::{Mutex, MutexGuard},
     task::JoinHandle,
@@ -62,6 +65,9 @@ fn long_run_seconds() -> u64 {
 /// The limit of the counting names.
 const COUNTING_LIMIT: u32 = 3;
 
+/// How many of the calls of the read-write names' clients ask for a shared grant, in %.
+const SHARED_PERCENT: u64 = 60;
+
 fn ci_workload() -> Workload {
     Workload {
         clients: 16,
@@ -71,6 +77,13 @@ fn ci_workload() -> Workload {
             clients: 12,
             names: 2,
             limit: COUNTING_LIMIT,
+        },
+        // Six clients per read-write name, so that shared grants coexist and callers of both
+        // modes wait.
+        read_write: ReadWrite {
+            clients: 12,
+            names: 2,
+            shared_percent: SHARED_PERCENT,
         },
         ttl_ms: (300, 1_200),
         max_hold_ms: 800,
@@ -90,13 +103,17 @@ struct Clients {
 fn start_clients(checker: &Arc<Checker>, endpoints: &[String]) -> Clients {
     let workload = &checker.workload;
     println!(
-        "seed {} ({} clients, {} names; {} clients, {} counting names of limit {})",
+        "seed {} ({} clients, {} names; {} clients, {} counting names of limit {}; {} clients, {} \
+         read-write names, {} % of calls shared)",
         workload.seed,
         workload.clients,
         workload.names,
         workload.counting.clients,
         workload.counting.names,
-        workload.counting.limit
+        workload.counting.limit,
+        workload.read_write.clients,
+        workload.read_write.names,
+        workload.read_write.shared_percent
     );
     let tasks = (0..checker.workload.all_clients())
         .map(|index| {
@@ -128,11 +145,12 @@ impl Clients {
     }
 }
 
-/// `min_gc_pauses` of each kind (on exclusive and on counting names) must have completed.
+/// `min_gc_pauses` of each kind (on exclusive, counting and read-write names) must have
+/// completed.
 fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_gc_pauses: usize) {
     println!(
-        "GC pauses completed: {} on exclusive names, {} on counting names",
-        gc_pauses.exclusive, gc_pauses.counting
+        "GC pauses completed: {} on exclusive names, {} on counting names, {} on read-write names",
+        gc_pauses.exclusive, gc_pauses.counting, gc_pauses.read_write
     );
     assert!(report.grants >= 50, "too few grants to prove anything");
     if workload.counting.clients > 0 {
@@ -156,6 +174,28 @@ fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_
             "the GC-pause scenario never completed on a counting name"
         );
     }
+    if workload.read_write.clients > 0 {
+        assert!(
+            report.rw_exclusive_grants >= 20 && report.rw_shared_grants >= 20,
+            "too few grants of read-write names to prove anything: {} exclusive, {} shared",
+            report.rw_exclusive_grants,
+            report.rw_shared_grants
+        );
+        assert!(
+            report.max_shared_holders >= 2,
+            "no two shared views of a read-write name overlapped: the run never showed that \
+             shared grants coexist"
+        );
+        assert!(
+            report.mode_fifo_pairs.exclusive_then_shared > 0,
+            "no shared caller that asked after an exclusive waiter was queued was checked: the \
+             FIFO check between modes proves nothing"
+        );
+        assert!(
+            gc_pauses.read_write >= min_gc_pauses,
+            "the GC-pause scenario never completed on a read-write name"
+        );
+    }
     assert!(
         report.fifo_pairs_checked > 0,
         "no waiter's place in line was checked: the FIFO check proves nothing"
@@ -175,7 +215,7 @@ fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_
         "the GC-pause scenario never completed"
     );
     assert!(
-        report.stale_writes_rejected >= gc_pauses.exclusive,
+        report.stale_writes_rejected >= gc_pauses.exclusive + gc_pauses.read_write,
         "every GC-paused holder's stale write was rejected"
     );
     assert!(

@@ -1,9 +1,10 @@
 //! The checker itself: seeded records with double grants, backwards tokens, fencing breaches
-//! and overtaken waiters, exclusive and counting, that it must flag (and clean ones it must not).
+//! and overtaken waiters, exclusive, counting and read-write, that it must flag (and clean ones
+//! it must not).
 
 use std::time::Duration;
 
-use crate::checker::{Checker, Counting, Workload};
+use crate::checker::{Checker, Counting, ReadWrite, Workload};
 use crate::ci_workload;
 
 /// The checker finds what it looks for: a seeded record with an overlap, a backwards token, a
@@ -28,6 +29,8 @@ fn checker_flags_seeded_violations() {
         ttl: ms(500),
         sent: ms(sent),
         received: ms(received),
+        shared: false,
+        waited: false,
     };
     let write = |lease, name, token, at, accepted| Event::Write {
         lease,
@@ -143,6 +146,8 @@ fn checker_flags_seeded_overtakes() {
         ttl: ms(500),
         sent: ms(sent),
         received: ms(received),
+        shared: false,
+        waited: false,
     };
     let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
     // Client `client` sent an Acquire waiting `wait` ms at `sent`, was first told `waiting` at
@@ -151,6 +156,7 @@ fn checker_flags_seeded_overtakes() {
         client,
         replica: client % 2,
         name,
+        shared: false,
         sent: ms(sent),
         wait: ms(wait),
         queued: ms(queued),
@@ -271,6 +277,8 @@ fn checker_flags_seeded_counting_violations() {
         ttl: ms(500),
         sent: ms(sent),
         received: ms(received),
+        shared: false,
+        waited: false,
     };
     let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
     let occupancy = |name, held, limit| Event::Occupancy { name, held, limit };
@@ -357,6 +365,8 @@ fn checker_flags_seeded_counting_overtakes() {
         ttl: ms(2_000),
         sent: ms(sent),
         received: ms(received),
+        shared: false,
+        waited: false,
     };
     let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
     // Holders 0 and 1 keep two permits until `second_ends`; holder 2 frees the third at 100.
@@ -375,6 +385,7 @@ fn checker_flags_seeded_counting_overtakes() {
                 client: 3,
                 replica: 0,
                 name: 1,
+                shared: false,
                 sent: ms(50),
                 wait: ms(2_000),
                 queued: ms(55),
@@ -401,4 +412,336 @@ fn checker_flags_seeded_counting_overtakes() {
     let two_free = run("counting-two-free", 80);
     assert!(two_free.violations.is_empty(), "{:#?}", two_free.violations);
     assert_eq!(two_free.counting_fifo_pairs_checked, 0);
+}
+
+/// The workload the seeded read-write tests replay events against: name 0 exclusive, name 1
+/// read-write, no clients of their own.
+fn seeded_read_write_workload() -> Workload {
+    Workload {
+        clients: 0,
+        names: 1,
+        counting: Counting {
+            clients: 0,
+            names: 0,
+            limit: 3,
+        },
+        read_write: ReadWrite {
+            clients: 0,
+            names: 1,
+            shared_percent: 50,
+        },
+        gc_pauses: false,
+        ..ci_workload()
+    }
+}
+
+/// The read-write name of [`seeded_read_write_workload`].
+const RW: usize = 1;
+
+/// Read-write names: shared views that overlap each other pass (and count as holders at once);
+/// an exclusive view that begins while shared views run, a shared view that begins inside an
+/// exclusive one, and a limit other than 1 in force are flagged. The same overlap inside a
+/// data-loss window is reported apart.
+#[test]
+fn checker_flags_seeded_mode_overlaps() {
+    use crate::checker::{Event, FaultRecord};
+    let ms = Duration::from_millis;
+    let workload = seeded_read_write_workload();
+    let granted = |lease, shared, token, sent, received| Event::Granted {
+        lease,
+        client: lease,
+        replica: 0,
+        name: RW,
+        token,
+        ttl: ms(2_000),
+        sent: ms(sent),
+        received: ms(received),
+        shared,
+        waited: false,
+    };
+    let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
+    let write = |lease, token, at| Event::Write {
+        lease,
+        name: RW,
+        token,
+        at: ms(at),
+        accepted: true,
+        stale_on_purpose: false,
+    };
+    let occupancy = |held, limit| Event::Occupancy {
+        name: RW,
+        held,
+        limit,
+    };
+    // Three shared holders at once, then a writer once they were released, then a reader.
+    let shared_together = [
+        granted(0, true, 100, 0, 5),
+        granted(1, true, 101, 10, 15),
+        granted(2, true, 102, 20, 25),
+        released(0, 400),
+        released(1, 400),
+        released(2, 400),
+        granted(3, false, 200, 390, 405),
+        write(3, 200, 410),
+        released(3, 600),
+        granted(4, true, 300, 605, 610),
+        released(4, 700),
+        occupancy(3, 1),
+        occupancy(0, 0),
+    ];
+
+    let clean = Checker::new(workload.clone(), "rw-clean");
+    for event in shared_together.clone() {
+        clean.record(event);
+    }
+    let report = clean.verify();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(
+        (report.rw_shared_grants, report.rw_exclusive_grants),
+        (4, 1)
+    );
+    assert_eq!(report.max_shared_holders, 3);
+    assert_eq!(report.max_reported_held_rw, 3);
+
+    let broken = Checker::new(workload.clone(), "rw-broken");
+    for event in shared_together.clone().into_iter().chain([
+        // A writer while the three readers hold it...
+        granted(5, false, 150, 100, 105),
+        released(5, 200),
+        // ...and a reader while the writer (lease 3) holds it.
+        granted(6, true, 201, 440, 450),
+        released(6, 500),
+        // A limit nobody asked for; shared grants held are not bounded.
+        occupancy(1, 3),
+        occupancy(5, 1),
+    ]) {
+        broken.record(event);
+    }
+    let report = broken.verify();
+    let found = |what: &str| {
+        report
+            .violations
+            .iter()
+            .filter(|violation| violation.contains(what))
+            .count()
+    };
+    assert_eq!(
+        found("an exclusive view overlaps another view"),
+        2,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(found("lease 5 (exclusive"), 1, "{:#?}", report.violations);
+    assert_eq!(found("lease 6 (shared"), 1, "{:#?}", report.violations);
+    assert_eq!(
+        found("permits held of limit 3"),
+        1,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(report.violations.len(), 3, "{:#?}", report.violations);
+
+    // The writer's overlap begins inside a data-loss window: allowed, and counted.
+    let lost_data = Checker::new(workload, "rw-lost-data");
+    lost_data.record_fault(FaultRecord {
+        kind: "redis_restart_empty",
+        start: ms(90),
+        end: ms(95),
+        data_loss: true,
+    });
+    for event in shared_together
+        .into_iter()
+        .chain([granted(5, false, 150, 100, 105), released(5, 200)])
+    {
+        lost_data.record(event);
+    }
+    let report = lost_data.verify();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.overlaps_in_data_loss_windows, 1);
+}
+
+/// FIFO between modes: X waits (from 10, queued at 15) behind a holder that keeps the name until
+/// 300, and is granted token 102 at 320; Y asked at 50, later, and was granted token 101 at 310,
+/// first. That is an overtake when X is exclusive (a later reader barged past a waiting writer,
+/// whether it waited or not), when Y is exclusive, and when Y is shared and never waited (granted
+/// on its first attempt while X stood in line); a shared Y that waited behind a shared X may be
+/// due in the same run: not checked. Y granted after X (token 103) is in order in every case.
+#[test]
+fn checker_flags_seeded_mode_overtakes() {
+    use crate::checker::{Event, WaitOutcome};
+    let ms = Duration::from_millis;
+    let workload = seeded_read_write_workload();
+    let granted = |lease, shared, waited, token, sent, received| Event::Granted {
+        lease,
+        client: lease,
+        replica: 0,
+        name: RW,
+        token,
+        ttl: ms(2_000),
+        sent: ms(sent),
+        received: ms(received),
+        shared,
+        waited,
+    };
+    let released = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
+    let waited = |client, shared, sent, queued, ended, token| Event::Waited {
+        client,
+        replica: 0,
+        name: RW,
+        shared,
+        sent: ms(sent),
+        wait: ms(2_000),
+        queued: ms(queued),
+        position: 1,
+        ended: ms(ended),
+        outcome: WaitOutcome::Granted(token),
+    };
+    /// The modes of one case, and whether Y went first.
+    struct Case {
+        holder_shared: bool,
+        x_shared: bool,
+        y_shared: bool,
+        y_waited: bool,
+        y_first: bool,
+    }
+    let run = |prefix: &str, case: Case| {
+        let checker = Checker::new(workload.clone(), prefix);
+        // Y's view is shorter than the clock slack: it overlaps nothing, whatever its mode.
+        let (y_token, y_received) = match case.y_first {
+            true => (101, 310),
+            false => (103, 410),
+        };
+        for event in [
+            granted(0, case.holder_shared, false, 100, 0, 5),
+            released(0, 300),
+            waited(1, case.x_shared, 10, 15, 320, 102),
+            granted(1, case.x_shared, true, 102, 10, 320),
+            released(1, 400),
+            granted(2, case.y_shared, case.y_waited, y_token, 50, y_received),
+            released(2, y_received + 5),
+        ] {
+            checker.record(event);
+        }
+        if case.y_waited {
+            checker.record(waited(2, case.y_shared, 50, 55, y_received, y_token));
+        }
+        checker.verify()
+    };
+    let overtakes = |report: &crate::checker::Report, what: &str| {
+        report
+            .violations
+            .iter()
+            .filter(|violation| violation.contains("overtake") && violation.contains(what))
+            .count()
+    };
+
+    // Readers hold; a writer waits; a later reader is granted before it.
+    for y_waited in [false, true] {
+        let report = run(
+            "rw-reader-barges",
+            Case {
+                holder_shared: true,
+                x_shared: false,
+                y_shared: true,
+                y_waited,
+                y_first: true,
+            },
+        );
+        assert_eq!(report.overtakes, 1, "{:#?}", report.violations);
+        assert_eq!(
+            overtakes(
+                &report,
+                "exclusive client 1 (replica 0; Acquire sent at 10ms"
+            ),
+            1,
+            "{:#?}",
+            report.violations
+        );
+        assert_eq!(
+            overtakes(&report, "overtaken by shared client 2"),
+            1,
+            "{:#?}",
+            report.violations
+        );
+        assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+        assert_eq!(report.mode_fifo_pairs.exclusive_then_shared, 1);
+    }
+
+    // A writer holds; a reader waits; a later writer is granted before it.
+    let report = run(
+        "rw-writer-barges",
+        Case {
+            holder_shared: false,
+            x_shared: true,
+            y_shared: false,
+            y_waited: true,
+            y_first: true,
+        },
+    );
+    assert_eq!(report.overtakes, 1, "{:#?}", report.violations);
+    assert_eq!(
+        overtakes(&report, "overtaken by exclusive client 2"),
+        1,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(report.mode_fifo_pairs.shared_then_exclusive, 1);
+
+    // A writer holds; a reader waits; a later reader is granted first on its first attempt,
+    // which it could only be with nobody in line.
+    let report = run(
+        "rw-reader-first-attempt",
+        Case {
+            holder_shared: false,
+            x_shared: true,
+            y_shared: true,
+            y_waited: false,
+            y_first: true,
+        },
+    );
+    assert_eq!(report.overtakes, 1, "{:#?}", report.violations);
+    assert_eq!(
+        overtakes(&report, "it never waited"),
+        1,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(report.mode_fifo_pairs.shared_then_shared_first_attempt, 1);
+
+    // The same, but the later reader waited too: both were due in one run; not checked.
+    let report = run(
+        "rw-readers-due-together",
+        Case {
+            holder_shared: false,
+            x_shared: true,
+            y_shared: true,
+            y_waited: true,
+            y_first: true,
+        },
+    );
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.mode_fifo_pairs.shared_then_shared_unprovable, 1);
+    assert_eq!(report.fifo_pairs_checked, 0);
+
+    // Every mix in order: Y granted after X.
+    for (holder_shared, x_shared, y_shared) in [
+        (true, false, true),
+        (false, false, true),
+        (false, true, false),
+        (false, false, false),
+        (false, true, true),
+    ] {
+        let report = run(
+            "rw-in-order",
+            Case {
+                holder_shared,
+                x_shared,
+                y_shared,
+                y_waited: false,
+                y_first: false,
+            },
+        );
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        assert_eq!(report.fifo_pairs_checked, 1);
+    }
 }

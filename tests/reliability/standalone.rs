@@ -3,13 +3,14 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use crate::checker::{self, Checker, Counting, Workload, until};
+use crate::checker::{self, Checker, Counting, ReadWrite, Workload, until};
 use crate::common::{
     proxy::{Fault, FaultProxy},
     *,
 };
 use crate::{
-    COUNTING_LIMIT, assert_report, ci_workload, long_run_seconds, one_at_a_time, start_clients,
+    COUNTING_LIMIT, SHARED_PERCENT, assert_report, ci_workload, long_run_seconds, one_at_a_time,
+    start_clients,
 };
 
 /// Puts `fault` on the links of `proxies` during `window` on the checker's clock, then lets the
@@ -236,8 +237,8 @@ fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> usize {
     on_victim.len()
 }
 
-/// The CI run: 16 clients on 4 names and 12 clients on 2 counting names of limit 3, 3 replicas,
-/// every standalone fault once (about 40 s).
+/// The CI run: 16 clients on 4 names, 12 clients on 2 counting names of limit 3 and 12 clients on
+/// 2 read-write names, 3 replicas, every standalone fault once (about 40 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_faults() {
     let _serial = one_at_a_time().await;
@@ -261,7 +262,7 @@ async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_
 }
 
 /// Long run (ignored): every standalone fault, over and over, for `LEASED_CHECKER_SECONDS`, with
-/// 32 clients on 6 names.
+/// 32 clients on 6 names, 18 on 3 counting names and 18 on 3 read-write names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long run: LEASED_CHECKER_SECONDS=600 cargo test --test reliability -- --ignored"]
 async fn long_run_standalone_faults() {
@@ -275,6 +276,11 @@ async fn long_run_standalone_faults() {
                 clients: 18,
                 names: 3,
                 limit: COUNTING_LIMIT,
+            },
+            read_write: ReadWrite {
+                clients: 18,
+                names: 3,
+                shared_percent: SHARED_PERCENT,
             },
             ..ci_workload()
         },

@@ -1,6 +1,7 @@
 //! The checker's clients: each contends for its names through the replicas, holds what it is
-//! granted while renewing it on a Renew stream, writes to the fenced resource, and records every
-//! event; and the GC-pause holder, a client that stops renewing while it holds.
+//! granted while renewing it on a Renew stream, writes to the fenced resource (an exclusive
+//! holder), and records every event; and the GC-pause holder, a client that stops renewing while
+//! it holds.
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -58,6 +59,8 @@ impl Client {
 struct Held {
     lease: usize,
     name: usize,
+    /// A shared grant of a read-write name.
+    shared: bool,
     lease_id: String,
     token: u64,
     ttl: Duration,
@@ -98,7 +101,16 @@ pub async fn run_client(checker: Arc<Checker>, index: usize, endpoints: Vec<Stri
             true => Duration::ZERO,
             false => Duration::from_millis(rng.range(0, checker.workload.max_wait_ms)),
         };
-        let Some(held) = acquire(&checker, &mut client, &holder, name, ttl, wait).await else {
+        // Drawn only for a read-write name: the other clients' schedules stay as they were.
+        let shared = checker.workload.is_read_write(name)
+            && rng.percent(checker.workload.read_write.shared_percent);
+        let call = Call {
+            name,
+            ttl,
+            wait,
+            shared,
+        };
+        let Some(held) = acquire(&checker, &mut client, &holder, call).await else {
             continue;
         };
         let hold_for = Duration::from_millis(rng.range(1, checker.workload.max_hold_ms));
@@ -107,15 +119,24 @@ pub async fn run_client(checker: Arc<Checker>, index: usize, endpoints: Vec<Stri
     }
 }
 
-/// One Acquire; `Some` when granted, recorded with its send and receive times.
-async fn acquire(
-    checker: &Checker,
-    client: &mut Client,
-    holder: &str,
+/// What one Acquire asks for.
+#[derive(Clone, Copy)]
+struct Call {
     name: usize,
     ttl: Duration,
     wait: Duration,
-) -> Option<Held> {
+    /// A shared grant (only on a read-write name).
+    shared: bool,
+}
+
+/// One Acquire; `Some` when granted, recorded with its send and receive times.
+async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Call) -> Option<Held> {
+    let Call {
+        name,
+        ttl,
+        wait,
+        shared,
+    } = call;
     let sent = checker.now();
     let mut request = tonic::Request::new(AcquireRequest {
         name: checker.names[name].clone(),
@@ -123,6 +144,7 @@ async fn acquire(
         ttl_ms: ttl.as_millis() as i64,
         wait_ms: wait.as_millis() as i64,
         limit: checker.workload.limit_of(name),
+        shared,
         ..Default::default()
     });
     request.set_timeout(wait + Duration::from_secs(5));
@@ -159,6 +181,7 @@ async fn acquire(
             client: client.index,
             replica: client.current,
             name,
+            shared,
             sent,
             wait,
             queued,
@@ -186,10 +209,13 @@ async fn acquire(
                 ttl,
                 sent,
                 received,
+                shared,
+                waited: queued.is_some(),
             });
             Some(Held {
                 lease,
                 name,
+                shared,
                 lease_id: granted.lease_id,
                 token: granted.fencing_token,
                 ttl,
@@ -220,8 +246,9 @@ async fn hold(
     abandon: bool,
 ) {
     let hold_until = checker.now() + hold_for;
-    // Holders of a counting name share it: they do not write to the per-name fenced resource.
-    let writes = !checker.workload.is_counting(held.name);
+    // Holders of a counting name, and shared holders of a read-write name, share it: they do not
+    // write to the per-name fenced resource.
+    let writes = !checker.workload.is_counting(held.name) && !held.shared;
     let write = |held: &Held| {
         let expiry = held.expiry;
         writes.then(|| checker.write(held.lease, held.name, held.token, false, |at| at < expiry))
@@ -359,13 +386,16 @@ pub struct GcPauses {
     pub exclusive: usize,
     /// On counting names: its permit expired and the name was granted again before it renewed.
     pub counting: usize,
+    /// On read-write names, held exclusive: checked as on an exclusive name.
+    pub read_write: usize,
 }
 
-/// The GC-pause holder, taking every name in turn: takes a lease (a permit, on a counting name)
-/// and stops renewing it (a stop-the-world pause) past its TTL. On an exclusive name, once
-/// another client has taken the lease and written, it writes with its old token (the resource
-/// must reject it); on a counting name, once its TTL has passed and another caller has been
-/// granted the name since. Then it renews: the answer must be `lost`.
+/// The GC-pause holder, taking every name in turn: takes a lease (a permit, on a counting name;
+/// an exclusive grant, on a read-write name) and stops renewing it (a stop-the-world pause) past
+/// its TTL. On an exclusive or read-write name, once another client has taken the lease and
+/// written, it writes with its old token (the resource must reject it); on a counting name, once
+/// its TTL has passed and another caller has been granted the name since. Then it renews: the
+/// answer must be `lost`.
 pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcPauses {
     let mut client = Client::new(usize::MAX, &endpoints, 0);
     let mut completed = GcPauses::default();
@@ -375,16 +405,13 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcP
         let name = round % checker.workload.all_names();
         let counting = checker.workload.is_counting(name);
         let ttl = Duration::from_millis(checker.workload.ttl_ms.0);
-        let Some(held) = acquire(
-            &checker,
-            &mut client,
-            "gc-pause",
+        let call = Call {
             name,
             ttl,
-            Duration::from_secs(3),
-        )
-        .await
-        else {
+            wait: Duration::from_secs(3),
+            shared: false,
+        };
+        let Some(held) = acquire(&checker, &mut client, "gc-pause", call).await else {
             continue;
         };
         let paused_at = checker.now();
@@ -439,9 +466,12 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcP
                 lost,
             });
             checker.fault("gc_pause", paused_at, false);
-            match counting {
-                true => completed.counting += 1,
-                false => completed.exclusive += 1,
+            if counting {
+                completed.counting += 1;
+            } else if checker.workload.is_read_write(name) {
+                completed.read_write += 1;
+            } else {
+                completed.exclusive += 1;
             }
         }
     }

@@ -16,6 +16,32 @@ struct Interval {
     token: u64,
     start: Duration,
     end: Duration,
+    /// A shared grant of a read-write name.
+    shared: bool,
+}
+
+/// `exclusive` or `shared`, for the messages about read-write names.
+fn mode(shared: bool) -> &'static str {
+    match shared {
+        true => "shared",
+        false => "exclusive",
+    }
+}
+
+/// FIFO pairs of a read-write name by the modes of the waiter and of the later caller.
+#[derive(Debug, Default)]
+pub struct ModePairs {
+    pub exclusive_then_exclusive: usize,
+    /// A shared caller that asked after an exclusive waiter was queued: the rule that keeps
+    /// writers from starving.
+    pub exclusive_then_shared: usize,
+    pub shared_then_exclusive: usize,
+    /// A shared caller granted on its first attempt (it never waited) after a shared waiter was
+    /// queued.
+    pub shared_then_shared_first_attempt: usize,
+    /// Not checked: a shared caller that waited too, behind a shared waiter, may be due in the
+    /// same run and take its grant first.
+    pub shared_then_shared_unprovable: usize,
 }
 
 /// What [`Checker::verify`] found.
@@ -34,6 +60,20 @@ pub struct Report {
     /// overlapped at once outside data-loss windows (the limit, if the run reached it).
     pub counting_grants: usize,
     pub max_holders_counting: usize,
+    /// Grants of read-write names by mode, and the most shared views of one read-write name that
+    /// overlapped at once outside data-loss windows (at least 2, if shared grants coexisted).
+    pub rw_exclusive_grants: usize,
+    pub rw_shared_grants: usize,
+    pub max_shared_holders: usize,
+    /// The most grants a `waiting`/`not_granted` reported held on a read-write name (shared ones,
+    /// when more than 1).
+    pub max_reported_held_rw: u32,
+    /// Waiters of read-write names by the mode they asked for.
+    pub rw_exclusive_waiters: usize,
+    pub rw_shared_waiters: usize,
+    /// FIFO pairs of read-write names, by mode (the checked ones count in `fifo_pairs_checked`
+    /// too).
+    pub mode_fifo_pairs: ModePairs,
     /// `waiting` and `not_granted` messages checked, and the most permits held one reported on a
     /// counting name.
     pub occupancy_reports: usize,
@@ -75,6 +115,26 @@ impl Report {
             self.max_holders_counting,
             self.max_reported_held,
             self.occupancy_reports
+        );
+        let pairs = &self.mode_fifo_pairs;
+        println!(
+            "read-write names: {} exclusive and {} shared grants; most shared holders at once \
+             (outside data-loss windows): {}; most held reported by waiting/not_granted: {}; \
+             waiters: {} exclusive, {} shared; FIFO pairs checked (waiter -> later caller): \
+             exclusive -> exclusive {}, exclusive -> shared {}, shared -> exclusive {}, shared -> \
+             shared granted on its first attempt {}; not checked, shared -> shared that waited too \
+             (due together): {}",
+            self.rw_exclusive_grants,
+            self.rw_shared_grants,
+            self.max_shared_holders,
+            self.max_reported_held_rw,
+            self.rw_exclusive_waiters,
+            self.rw_shared_waiters,
+            pairs.exclusive_then_exclusive,
+            pairs.exclusive_then_shared,
+            pairs.shared_then_exclusive,
+            pairs.shared_then_shared_first_attempt,
+            pairs.shared_then_shared_unprovable
         );
         println!(
             "FIFO: {} waiters (highest first position {}), {} unchecked (failed or in a fault \
@@ -119,6 +179,7 @@ impl Checker {
         struct Lease {
             name: usize,
             token: u64,
+            shared: bool,
             ttl: Duration,
             sent: Duration,
             received: Duration,
@@ -136,6 +197,7 @@ impl Checker {
                     ttl,
                     sent,
                     received,
+                    shared,
                     ..
                 } => {
                     leases.insert(
@@ -143,6 +205,7 @@ impl Checker {
                         Lease {
                             name: *name,
                             token: *token,
+                            shared: *shared,
                             ttl: *ttl,
                             sent: *sent,
                             received: *received,
@@ -202,7 +265,12 @@ impl Checker {
                     if self.workload.is_counting(*name) {
                         report.max_reported_held = report.max_reported_held.max(*held);
                     }
-                    if *held > allowed || (*limit != 0 && *limit != allowed) {
+                    // A read-write name's `held` counts its shared grants: no bound to check.
+                    let read_write = self.workload.is_read_write(*name);
+                    if read_write {
+                        report.max_reported_held_rw = report.max_reported_held_rw.max(*held);
+                    }
+                    if (*held > allowed && !read_write) || (*limit != 0 && *limit != allowed) {
                         report.violations.push(format!(
                             "{}: `waiting`/`not_granted` reported {held} permits held of limit \
                              {limit}; every caller asks for limit {}",
@@ -219,6 +287,14 @@ impl Checker {
             .values()
             .filter(|lease| self.workload.is_counting(lease.name))
             .count();
+        for lease in leases.values() {
+            if self.workload.is_read_write(lease.name) {
+                match lease.shared {
+                    true => report.rw_shared_grants += 1,
+                    false => report.rw_exclusive_grants += 1,
+                }
+            }
+        }
         let mut intervals: HashMap<usize, Vec<Interval>> = HashMap::new();
         let mut interval_of: HashMap<usize, (Duration, Duration)> = HashMap::new();
         for (id, lease) in &leases {
@@ -244,6 +320,7 @@ impl Checker {
                 token: lease.token,
                 start: lease.received,
                 end,
+                shared: lease.shared,
             });
         }
 
@@ -252,6 +329,10 @@ impl Checker {
         for (name, list) in &mut intervals {
             let allowed = self.workload.holders_allowed(*name);
             list.sort_by_key(|interval| interval.start);
+            if self.workload.is_read_write(*name) {
+                self.verify_modes(*name, list, &in_loss_window, &mut report);
+                continue;
+            }
             let mut active: Vec<&Interval> = Vec::new();
             for interval in list.iter() {
                 if interval.end <= interval.start + slack {
@@ -326,7 +407,7 @@ impl Checker {
         self.verify_fifo(&events, &faults, &intervals, &mut report);
 
         // Fencing, in the resource's own order.
-        let mut highest = vec![0u64; self.workload.names];
+        let mut highest = vec![0u64; self.workload.all_names()];
         for event in &events {
             let Event::Write {
                 lease,
@@ -375,6 +456,61 @@ impl Checker {
         report
     }
 
+    /// The views of read-write name `name` (`list`, sorted by start): an exclusive view overlaps
+    /// no other view, shared views may overlap each other. Each view is cut short by
+    /// [`CLOCK_SLACK`], as for the other names.
+    fn verify_modes(
+        &self,
+        name: usize,
+        list: &[Interval],
+        in_loss_window: &impl Fn(Duration) -> bool,
+        report: &mut Report,
+    ) {
+        let slack = CLOCK_SLACK;
+        let view = |interval: &Interval| {
+            format!(
+                "{} ({}, token {}, {:?}..{:?})",
+                interval.lease,
+                mode(interval.shared),
+                interval.token,
+                interval.start,
+                interval.end
+            )
+        };
+        let mut active: Vec<&Interval> = Vec::new();
+        for interval in list {
+            if interval.end <= interval.start + slack {
+                continue; // shorter than the slack: it overlaps nothing
+            }
+            active.retain(|earlier| earlier.end > interval.start + slack);
+            let conflicting: Vec<&Interval> = active
+                .iter()
+                .copied()
+                .filter(|earlier| !(earlier.shared && interval.shared))
+                .collect();
+            if interval.shared && !in_loss_window(interval.start) {
+                let shared = active.iter().filter(|earlier| earlier.shared).count() + 1;
+                report.max_shared_holders = report.max_shared_holders.max(shared);
+            }
+            if !conflicting.is_empty() {
+                if in_loss_window(interval.start) {
+                    report.overlaps_in_data_loss_windows += 1;
+                } else {
+                    let earlier: Vec<String> =
+                        conflicting.iter().map(|earlier| view(earlier)).collect();
+                    report.violations.push(format!(
+                        "{}: an exclusive view overlaps another view: lease {} began while \
+                         leases {} held it",
+                        self.names[name],
+                        view(interval),
+                        earlier.join(", ")
+                    ));
+                }
+            }
+            active.push(interval);
+        }
+    }
+
     /// FIFO waiting; see the module documentation.
     fn verify_fifo(
         &self,
@@ -403,6 +539,8 @@ impl Checker {
             token: u64,
             sent: Duration,
             received: Duration,
+            shared: bool,
+            waited: bool,
         }
         let mut grants: HashMap<usize, Vec<Grant>> = HashMap::new();
         for event in events {
@@ -414,6 +552,8 @@ impl Checker {
                 token,
                 sent,
                 received,
+                shared,
+                waited,
                 ..
             } = event
             {
@@ -424,6 +564,8 @@ impl Checker {
                     token: *token,
                     sent: *sent,
                     received: *received,
+                    shared: *shared,
+                    waited: *waited,
                 });
             }
         }
@@ -434,12 +576,19 @@ impl Checker {
             usize::MAX => "the GC-pause holder".to_owned(),
             client => format!("client {client}"),
         };
+        // On a read-write name, who with the mode it asked for.
+        let who_as =
+            |client: usize, name: usize, shared: bool| match self.workload.is_read_write(name) {
+                true => format!("{} {}", mode(shared), who(client)),
+                false => who(client),
+            };
 
         for event in events {
             let Event::Waited {
                 client,
                 replica,
                 name,
+                shared,
                 sent,
                 wait,
                 queued,
@@ -452,6 +601,13 @@ impl Checker {
             };
             report.waiters += 1;
             report.max_position = report.max_position.max(position);
+            let read_write = self.workload.is_read_write(name);
+            if read_write {
+                match shared {
+                    true => report.rw_shared_waiters += 1,
+                    false => report.rw_exclusive_waiters += 1,
+                }
+            }
             if outcome == WaitOutcome::Failed || touches_fault(sent, ended) {
                 report.waiters_unchecked += 1;
                 continue;
@@ -460,7 +616,7 @@ impl Checker {
             let waiter = format!(
                 "{} (replica {replica}; Acquire sent at {sent:?}, wait {wait:?}; first waiting at \
                  {queued:?}, position {position})",
-                who(client)
+                who_as(client, name, shared)
             );
             if position == 0 {
                 report.violations.push(format!(
@@ -508,6 +664,23 @@ impl Checker {
                     }
                     report.counting_fifo_pairs_checked += 1;
                 }
+                // On a read-write name: a shared caller behind a shared waiter may be due in the
+                // same run and take its grant first, unless it never stood in line.
+                if read_write {
+                    let pairs = &mut report.mode_fifo_pairs;
+                    match (shared, later.shared) {
+                        (false, false) => pairs.exclusive_then_exclusive += 1,
+                        (false, true) => pairs.exclusive_then_shared += 1,
+                        (true, false) => pairs.shared_then_exclusive += 1,
+                        (true, true) if !later.waited => {
+                            pairs.shared_then_shared_first_attempt += 1
+                        }
+                        (true, true) => {
+                            pairs.shared_then_shared_unprovable += 1;
+                            continue;
+                        }
+                    }
+                }
                 report.fifo_pairs_checked += 1;
                 let before = match outcome {
                     WaitOutcome::Granted(token) => later.token < token,
@@ -515,11 +688,15 @@ impl Checker {
                 };
                 if before {
                     report.overtakes += 1;
+                    let first_attempt = match read_write && !later.waited {
+                        true => " on its first attempt (it never waited)",
+                        false => "",
+                    };
                     report.violations.push(format!(
                         "{name_text}: overtake: {waiter}, {outcome_text}, was overtaken by {} \
                          (replica {}), whose Acquire was sent later at {:?} and granted token {} \
-                         at {:?}",
-                        who(later.client),
+                         at {:?}{first_attempt}",
+                        who_as(later.client, name, later.shared),
                         later.replica,
                         later.sent,
                         later.token,
