@@ -86,8 +86,8 @@ def test_adding_a_field_and_an_rpc_is_not_breaking(buf: Path, tmp_path: Path) ->
     module = edited_copy(
         tmp_path,
         (
-            "  int64 lock_delay_ms = 6;\n}",
-            "  int64 lock_delay_ms = 6;\n  // A new optional field.\n  string note = 7;\n}",
+            "  string lease_id = 8;\n}",
+            "  string lease_id = 8;\n  // A new optional field.\n  string note = 9;\n}",
         ),
         (
             "  rpc CheckToken(CheckTokenRequest) returns (CheckTokenResponse);\n",
