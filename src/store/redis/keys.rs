@@ -26,10 +26,6 @@ pub struct LeaseKeys {
     pub(super) holders: String,
     /// Why recently revoked grants were revoked, for their holders' renewals.
     pub(super) revoked: String,
-    /// The places in line of callers that chose their lease ids, for a retry of their wait.
-    pub(super) places: String,
-    /// Lease ids released lately, which a late Acquire of theirs must not grant.
-    pub(super) ended: String,
 }
 
 impl LeaseKeys {
@@ -49,25 +45,34 @@ impl LeaseKeys {
             permits: key(":permits"),
             holders: key(":holders"),
             revoked: key(":revoked"),
-            places: key(":places"),
-            ended: key(":ended"),
             lease,
         }
     }
 
-    /// The KEYS of acquire.lua: the queue scripts', the places of callers' own lease ids, and
-    /// the lease ids ended lately.
-    pub(super) fn for_acquire(mut self) -> Vec<String> {
-        let places = std::mem::take(&mut self.places);
-        let ended = std::mem::take(&mut self.ended);
+    /// The places in line of callers that chose their lease ids, for a retry of their wait.
+    /// Made only when needed: most requests do not touch it.
+    fn places(&self) -> String {
+        [self.lease.as_str(), ":places"].concat()
+    }
+
+    /// Lease ids released lately, which a late Acquire of theirs must not grant.
+    fn ended(&self) -> String {
+        [self.lease.as_str(), ":ended"].concat()
+    }
+
+    /// The KEYS of acquire.lua for a caller that chose its lease id: the queue scripts', the
+    /// places of callers' own lease ids, and the lease ids ended lately. (A caller without one
+    /// sends the queue scripts' alone: nothing else reads the last two.)
+    pub(super) fn for_acquire_with_own_id(self) -> Vec<String> {
+        let (places, ended) = (self.places(), self.ended());
         let mut keys = self.for_queue_scripts();
         keys.extend([places, ended]);
         keys
     }
 
     /// The KEYS of release.lua: the queue scripts' and the lease ids ended lately.
-    pub(super) fn for_release(mut self) -> Vec<String> {
-        let ended = std::mem::take(&mut self.ended);
+    pub(super) fn for_release(self) -> Vec<String> {
+        let ended = self.ended();
         let mut keys = self.for_queue_scripts();
         keys.push(ended);
         keys

@@ -31,27 +31,32 @@ impl LeaseStore for RedisStore {
         let name = &request.name;
         let keys = self.keys(name);
         let ttl_ms = request.ttl.as_millis() as u64;
-        let reply = self
-            .run(
-                Script::Acquire,
-                name,
-                keys.for_acquire(),
-                vec![
-                    lease_id_digest(lease_id),
-                    request.holder.clone(),
-                    ttl_ms.to_string(),
-                    self.counter_keep_ms(),
-                    entry.unwrap_or_default().to_owned(),
-                    request.wait.as_millis().to_string(),
-                    self.max_waiters_per_name.to_string(),
-                    request.limit.to_string(),
-                    request.lock_delay.as_millis().to_string(),
-                    flag(request.shared),
-                    request.max_shared.to_string(),
-                    flag(request.lease_id.is_some()),
-                ],
-            )
-            .await?;
+        let mut arguments = vec![
+            lease_id_digest(lease_id),
+            request.holder.clone(),
+            ttl_ms.to_string(),
+            self.counter_keep_ms(),
+            entry.unwrap_or_default().to_owned(),
+            request.wait.as_millis().to_string(),
+            self.max_waiters_per_name.to_string(),
+            request.limit.to_string(),
+            request.lock_delay.as_millis().to_string(),
+        ];
+        // The mode and the own lease id's keys and arguments only when there is one to tell: a
+        // plain exclusive grant sends Redis no more than it did before there were any.
+        let own_id = request.lease_id.is_some();
+        let keys = match own_id {
+            true => keys.for_acquire_with_own_id(),
+            false => keys.for_queue_scripts(),
+        };
+        if request.shared || own_id {
+            arguments.extend([
+                flag(request.shared),
+                request.max_shared.to_string(),
+                flag(own_id),
+            ]);
+        }
+        let reply = self.run(Script::Acquire, name, keys, arguments).await?;
         reply.acquire_outcome(lease_id, self.max_waiters_per_name)
     }
 

@@ -21,12 +21,15 @@
 --                                   expires with the queue
 -- KEYS[8]  <prefix>{name}:ended     sorted set: lease ids released lately (prelude.lua), checked
 --                                   for a lease id the caller chose
+--                                   (KEYS[7] and KEYS[8] only when ARGV[12] is '1': nothing else
+--                                   reads them)
 -- ARGV[1]  lease id digest   ARGV[2] holder   ARGV[3] ttl_ms   ARGV[4] keep_ms (the counter keep)
 -- ARGV[5]  queue entry ('' = try once, never queue)   ARGV[6] wait_ms (how long the caller may
 --          still wait: the queue lives at least that long)
 -- ARGV[7]  max_waiters (the whole queue, every replica)   ARGV[8] limit (1: exclusive)
 -- ARGV[9]  lock_delay_ms   ARGV[10] '1': a shared grant   ARGV[11] the most shared grants at once
 -- ARGV[12] '1': the caller chose its lease id (its place in line is kept for a retry)
+--          (ARGV[10] to ARGV[12] may be left out: an exclusive grant of a server-made lease id)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
 --          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
 --           lock_delay_ms, shared, due}
