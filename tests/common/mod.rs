@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use leased::proto::{
     AcquireRequest, AcquireResponse, CheckTokenRequest, CheckTokenResponse, DescribeRequest,
-    DescribeResponse, Granted, ListRequest, ListResponse, ReleaseRequest, RenewRequest,
+    DescribeResponse, Granted, ListRequest, ListResponse, NotGranted, ReleaseRequest, RenewRequest,
     RenewResponse, RevokeRequest, RevokeResponse, Waiting, WatchEvent, WatchRequest,
     acquire_response, lease_admin_service_client::LeaseAdminServiceClient,
     lease_service_client::LeaseServiceClient,
@@ -346,6 +346,22 @@ impl FencedResource {
         }
         *entry = token;
         true
+    }
+}
+
+/// The terminal message must be `granted`: the grant.
+pub fn expect_granted(terminal: acquire_response::Result, who: &str) -> Granted {
+    match terminal {
+        acquire_response::Result::Granted(granted) => granted,
+        other => panic!("{who}: expected granted, got {other:?}"),
+    }
+}
+
+/// The terminal message must be `not_granted`: its holder fields.
+pub fn expect_not_granted(terminal: acquire_response::Result, who: &str) -> NotGranted {
+    match terminal {
+        acquire_response::Result::NotGranted(not_granted) => not_granted,
+        other => panic!("{who}: expected not_granted, got {other:?}"),
     }
 }
 

@@ -39,7 +39,7 @@ use std::time::Duration;
 use common::*;
 use futures::future::join_all;
 use leased::proto::{
-    AcquireRequest, AcquireResponse, DescribeResponse, Granted, NotGranted, acquire_response,
+    AcquireRequest, AcquireResponse, DescribeResponse, Granted,
     lease_service_client::LeaseServiceClient,
 };
 use tonic::{Code, transport::Channel};
@@ -63,22 +63,6 @@ fn request(name: &str, holder: &str, ttl_ms: i64, wait_ms: i64, limit: u32) -> A
         limit,
         lock_delay_ms: 0,
         ..AcquireRequest::default()
-    }
-}
-
-/// The terminal message must be `granted`: the grant.
-fn expect_granted(terminal: acquire_response::Result, who: &str) -> Granted {
-    match terminal {
-        acquire_response::Result::Granted(granted) => granted,
-        other => panic!("{who}: expected granted, got {other:?}"),
-    }
-}
-
-/// The terminal message must be `not_granted`.
-fn expect_not_granted(terminal: acquire_response::Result, who: &str) -> NotGranted {
-    match terminal {
-        acquire_response::Result::NotGranted(not_granted) => not_granted,
-        other => panic!("{who}: expected not_granted, got {other:?}"),
     }
 }
 

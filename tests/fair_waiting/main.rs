@@ -37,9 +37,7 @@ mod redis_queue;
 use std::time::Duration;
 
 use common::*;
-use leased::proto::{
-    Granted, NotGranted, acquire_response, lease_service_client::LeaseServiceClient,
-};
+use leased::proto::{NotGranted, lease_service_client::LeaseServiceClient};
 use tonic::transport::Channel;
 
 type Client = LeaseServiceClient<Channel>;
@@ -49,22 +47,6 @@ const SOON: Duration = Duration::from_secs(5);
 
 /// How long a caller must be seen still waiting to count as "not granted".
 const A_WHILE: Duration = Duration::from_millis(300);
-
-/// The terminal message must be `granted`: the grant.
-fn expect_granted(terminal: acquire_response::Result, who: &str) -> Granted {
-    match terminal {
-        acquire_response::Result::Granted(granted) => granted,
-        other => panic!("{who}: expected granted, got {other:?}"),
-    }
-}
-
-/// The terminal message must be `not_granted`: its holder fields.
-fn expect_not_granted(terminal: acquire_response::Result, who: &str) -> NotGranted {
-    match terminal {
-        acquire_response::Result::NotGranted(not_granted) => not_granted,
-        other => panic!("{who}: expected not_granted, got {other:?}"),
-    }
-}
 
 /// A not_granted seen while the lease is handed to `heir`: either nobody holds it for the moment
 /// (holder "", token 0, remaining_ms 0) or `heir` already does.

@@ -61,22 +61,6 @@ fn own_id() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// The terminal message must be `granted`: the grant.
-fn expect_granted(terminal: acquire_response::Result, who: &str) -> Granted {
-    match terminal {
-        acquire_response::Result::Granted(granted) => granted,
-        other => panic!("{who}: expected granted, got {other:?}"),
-    }
-}
-
-/// The terminal message must be `not_granted`.
-fn expect_not_granted(terminal: acquire_response::Result, who: &str) -> NotGranted {
-    match terminal {
-        acquire_response::Result::NotGranted(not_granted) => not_granted,
-        other => panic!("{who}: expected not_granted, got {other:?}"),
-    }
-}
-
 /// A try-once Acquire of `name` that must be granted.
 async fn take(client: &mut Client, name: &str, holder: &str, shared: bool) -> Granted {
     must_acquire_request(client, request(name, holder, shared, 0)).await
