@@ -137,6 +137,16 @@ impl MemoryStore {
                 replaced,
             };
             places.insert(id, place);
+            // As the Redis store: past the queue's bound, the records of waits that are over or
+            // whose entry left are dropped, so that callers who join and leave cannot grow it.
+            if places.len() > self.max_waiters_per_name {
+                let queue = state.queues.get(name.as_str());
+                let queued = |entry: &str| {
+                    queue.is_some_and(|queue| queue.iter().any(|queued| queued.entry == entry))
+                };
+                let places = state.places.entry(name.as_str().to_owned()).or_default();
+                places.retain(|_, place| place.until > now && queued(&place.entry));
+            }
         }
         let position = state.rank(name, entry).map_or(0, |rank| rank as u32 + 1);
         // Back at an earlier place: those behind moved, and the call it took it from learns so.
