@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "python"
 sys.path.insert(0, str(EXAMPLES))
 
-from leased_client import LeaseClient  # noqa: E402  (importing generates the stubs)
+from leased_client import LeaseClient, pb  # noqa: E402  (importing generates the stubs)
 
 STARTUP_TIMEOUT_S = 20.0
 
@@ -120,3 +120,25 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
         wait_until(lambda: answers(leased, leased_log, lambda: client.describe("py-ready")),
                    STARTUP_TIMEOUT_S, "leased to answer Describe")
         yield Stack(target=target, redis=redis, leased=leased)
+
+
+class RecordingStub:
+    """Stands in front of a client's `LeaseServiceStub` and keeps every AcquireRequest sent."""
+
+    def __init__(self, stub: object) -> None:
+        self._stub = stub
+        self.acquires: list[pb.AcquireRequest] = []
+
+    def Acquire(self, request: pb.AcquireRequest, **kwargs: object) -> object:
+        self.acquires.append(request)
+        return self._stub.Acquire(request, **kwargs)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stub, name)
+
+
+def recording(client: LeaseClient) -> RecordingStub:
+    """Puts a RecordingStub in front of `client`'s stub: the AcquireRequests it sends from now on."""
+    stub = RecordingStub(client._stub)
+    client._stub = stub  # type: ignore[assignment]
+    return stub

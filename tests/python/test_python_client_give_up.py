@@ -25,7 +25,7 @@ import grpc
 import pytest
 
 # leased_stack first: it puts examples/python on the path.
-from leased_stack import Stack, wait_until
+from leased_stack import Stack, recording, wait_until
 
 from leased_client import (  # noqa: E402  (importing generates the stubs)
     ACQUIRE_RETRIES,
@@ -37,27 +37,6 @@ from leased_client import (  # noqa: E402  (importing generates the stubs)
     RenewError,
     pb,
 )
-
-
-class RecordingStub:
-    """Stands in front of a client's `LeaseServiceStub` and keeps every AcquireRequest sent."""
-
-    def __init__(self, stub: object) -> None:
-        self._stub = stub
-        self.acquires: list[pb.AcquireRequest] = []
-
-    def Acquire(self, request: pb.AcquireRequest, **kwargs: object) -> object:
-        self.acquires.append(request)
-        return self._stub.Acquire(request, **kwargs)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._stub, name)
-
-
-def recording(client: LeaseClient) -> RecordingStub:
-    stub = RecordingStub(client._stub)
-    client._stub = stub  # type: ignore[assignment]
-    return stub
 
 
 def acquire_once(client: LeaseClient, request: pb.AcquireRequest) -> pb.AcquireResponse:

@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 # leased_stack first: it puts examples/python on the path.
-from leased_stack import Stack, wait_until
+from leased_stack import Stack, recording, wait_until
 
 from leased_client import (  # noqa: E402  (importing generates the stubs)
     Lease,
@@ -27,7 +27,6 @@ from leased_client import (  # noqa: E402  (importing generates the stubs)
     LeaseClient,
     LockHold,
     NotGranted,
-    pb,
 )
 
 
@@ -43,27 +42,6 @@ def server_supports(feature: str) -> bool:
 
 needs_shared = pytest.mark.skipif(not server_supports("shared"),
                                   reason="the server does not support shared grants")
-
-
-class RecordingStub:
-    """Stands in front of a client's `LeaseServiceStub` and keeps every AcquireRequest sent."""
-
-    def __init__(self, stub: object) -> None:
-        self._stub = stub
-        self.acquires: list[pb.AcquireRequest] = []
-
-    def Acquire(self, request: pb.AcquireRequest, **kwargs: object) -> object:
-        self.acquires.append(request)
-        return self._stub.Acquire(request, **kwargs)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._stub, name)
-
-
-def recording(client: LeaseClient) -> RecordingStub:
-    stub = RecordingStub(client._stub)
-    client._stub = stub  # type: ignore[assignment]
-    return stub
 
 
 # --- The reentrant lock ---------------------------------------------------------------------------
