@@ -211,9 +211,7 @@ end
 
 -- Join the queue at its tail, or keep the place already held: this entry's, or for a caller
 -- that chose its lease id, the place of its earlier wait (until that wait would have ended).
-if not rank then
-  rank = redis.call('ZRANK', queue, entry)
-end
+-- (`rank` was read above whenever a queue or holders existed: without them, there is no queue.)
 if not rank then
   local size = redis.call('ZCARD', queue)
   local place = own_id and redis.call('HGET', places, lease_id)
@@ -242,7 +240,7 @@ if not rank then
   end
   redis.call('ZADD', queue, score, entry)
   rank = redis.call('ZRANK', queue, entry)
-  if earlier or rank + 1 < redis.call('ZCARD', queue) then
+  if earlier or rank < size then
     -- Back at its earlier place: those behind moved, and the call it took it from learns so.
     redis.call('SPUBLISH', channel, 'm')
   end
