@@ -46,12 +46,20 @@ pub(super) fn is_transient(error: &RedisError) -> bool {
         | ErrorKind::Sentinel
         | ErrorKind::Auth
         | ErrorKind::Tls => true,
-        ErrorKind::Unknown => TRANSIENT_REPLIES
-            .iter()
-            .any(|reply| error.details().starts_with(reply)),
+        ErrorKind::Unknown => {
+            TRANSIENT_REPLIES
+                .iter()
+                .any(|reply| error.details().starts_with(reply))
+                || error.details() == UNROUTABLE
+        }
         _ => false,
     }
 }
+
+/// fred's error, of kind `Unknown`, for a command to a node it has no connection to: on Cluster,
+/// a master that died while fred's slot map still names it (until it reads the map again after
+/// a failover), to which `SCAN` for `List` or a script for a key of its slots is sent.
+const UNROUTABLE: &str = "Failed to route command.";
 
 /// The fields of `occupancy()` in prelude.lua, as the scripts reply them.
 pub(super) const OCCUPANCY_FIELDS: usize = 9;
@@ -210,5 +218,26 @@ impl Reply<'_> {
             limit: self.count(index + 1)?,
             due: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_fred_cannot_route_is_transient() {
+        assert!(is_transient(&RedisError::new(
+            ErrorKind::Unknown,
+            UNROUTABLE
+        )));
+        assert!(is_transient(&RedisError::new(
+            ErrorKind::Unknown,
+            "CLUSTERDOWN The cluster is down"
+        )));
+        assert!(!is_transient(&RedisError::new(
+            ErrorKind::Unknown,
+            "ERR user_script:1: bad"
+        )));
     }
 }
