@@ -416,13 +416,16 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcP
         };
         let paused_at = checker.now();
         let give_up = paused_at + Duration::from_secs(10);
+        // Once the run stops, nobody new takes the name: waiting out `give_up` would only make
+        // the run end up to 10 s later.
+        let waiting = |at: Duration| at < give_up && !checker.stopped();
         if counting {
             // The pause: no renewal. Its permit was granted before `paused_at`, so on the
             // server it has expired by `expired`; wait until someone was granted the name after
             // that (a permit, maybe this one, went to another holder).
             let expired = paused_at + ttl + CLOCK_SLACK;
             until(&checker, expired).await;
-            while !checker.granted_since(name, expired) && checker.now() < give_up {
+            while !checker.granted_since(name, expired) && waiting(checker.now()) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             if !checker.granted_since(name, expired) {
@@ -432,7 +435,7 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcP
             let expiry = held.expiry;
             checker.write(held.lease, name, held.token, false, |at| at < expiry);
             // The pause: no renewal. Wait until someone else holds the lease and has written.
-            while checker.highest_written(name) <= held.token && checker.now() < give_up {
+            while checker.highest_written(name) <= held.token && waiting(checker.now()) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             if checker.highest_written(name) <= held.token {
