@@ -9,7 +9,9 @@ use crate::common::{
     sentinel::SentinelSet,
     *,
 };
-use crate::{assert_report, ci_workload, long_run_seconds, one_at_a_time, start_clients};
+use crate::{
+    assert_report, ci_workload, long_run_seconds, one_at_a_time, retry_unavailable, start_clients,
+};
 
 /// Redis Sentinel, and two `leased` processes on it logging to `target/tmp/<test>/`.
 async fn start_on_sentinels(test: &str) -> (SentinelSet, Vec<LeasedProcess>) {
@@ -203,23 +205,6 @@ async fn demonstrate_caveat_after_failover(
         after.name, after.fencing_token, before.fencing_token
     );
     assert!(release(&mut second_holder, &after).await);
-}
-
-/// Runs `call` until it answers something other than UNAVAILABLE (for up to 20 s).
-async fn retry_unavailable<T, F: std::future::Future<Output = Result<T, tonic::Status>>>(
-    mut call: impl FnMut() -> F,
-) -> T {
-    let start = std::time::Instant::now();
-    loop {
-        match call().await {
-            Ok(answer) => return answer,
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                assert!(start.elapsed() < Duration::from_secs(20), "{status:?}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(status) => panic!("{status:?}"),
-        }
-    }
 }
 
 /// How many names have a fencing counter (the owner hash's `t`) on the (cut-off) replica

@@ -17,18 +17,20 @@
 //! (`LEASED_CHECKER_SEED` replays a client schedule.)
 //!
 //! One module per topic: `standalone` (faults on one Redis), `failover` (Sentinel failovers and
-//! the caveat after one), `seeded` (the checker flags seeded violations); what they share is
-//! below.
+//! the caveat after one), `cluster_failover` (a Redis Cluster master killed and failed over, with
+//! and without `--redis-wait-replicas`), `seeded` (the checker flags seeded violations); what they
+//! share is below.
 
 mod checker;
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cluster_failover;
 mod failover;
 mod seeded;
 mod standalone;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use checker::{Checker, Counting, GcPauses, ReadWrite, Report, Workload};
 use tokio::{
@@ -224,4 +226,21 @@ fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_
         report.violations.len(),
         report.violations[0]
     );
+}
+
+/// Runs `call` until it answers something other than UNAVAILABLE (for up to 20 s).
+async fn retry_unavailable<T, F: std::future::Future<Output = Result<T, tonic::Status>>>(
+    mut call: impl FnMut() -> F,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        match call().await {
+            Ok(answer) => return answer,
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                assert!(start.elapsed() < Duration::from_secs(20), "{status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
 }
