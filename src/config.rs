@@ -48,6 +48,18 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_REDIS_COUNTER_KEEP", default_value = "10m", value_parser = humantime::parse_duration)]
     pub redis_counter_keep: Duration,
 
+    /// Answer a grant or a renewal only once this many Redis replicas have it (Redis WAIT; on
+    /// Cluster, replicas of the name's master). Fewer in time: the call answers UNAVAILABLE and
+    /// a grant is released again. 0: answer once the master has it, as Redis replicates
+    /// asynchronously (a failover may lose it).
+    #[arg(long, env = "LEASED_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
+
+    /// How long a grant or renewal waits for --redis-wait-replicas replicas (default: the
+    /// --redis-timeout).
+    #[arg(long, env = "LEASED_REDIS_WAIT_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub redis_wait_timeout: Option<Duration>,
+
     /// Start even though Redis's maxmemory-policy is not noeviction. A full Redis then evicts
     /// keys, lease keys too, and an evicted lease is granted again while its holder still holds
     /// it; the server logs an error and sets leased_redis_eviction_unsafe to 1.

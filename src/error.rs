@@ -16,6 +16,13 @@ pub enum Error {
     #[error("store unavailable: {0}")]
     Unavailable(String),
 
+    /// Redis made the change, but fewer replicas than `--redis-wait-replicas` confirmed it in
+    /// time (`WAIT`): a failover could lose it. A grant is released again before this is
+    /// answered; a renewal stays made and the holder retries. The message names the shortfall and
+    /// goes to the client (as `UNAVAILABLE`): it holds nothing secret.
+    #[error("{0}")]
+    NotReplicated(String),
+
     /// No valid bearer token (access control is on).
     #[error("{0}")]
     Unauthenticated(String),

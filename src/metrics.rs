@@ -78,6 +78,15 @@ pub struct Metrics {
     /// 1 while Redis's `maxmemory-policy` may evict lease keys (anything but `noeviction`) and
     /// `--redis-allow-eviction` let the server start anyway.
     pub redis_eviction_unsafe: Gauge,
+    /// How long Redis `WAIT` took to confirm a grant or renewal on `--redis-wait-replicas`
+    /// replicas, in seconds.
+    pub redis_wait_duration: Histogram,
+    /// Grants and renewals that fewer replicas than `--redis-wait-replicas` confirmed in time
+    /// (answered UNAVAILABLE).
+    pub redis_wait_shortfalls: Counter,
+    /// Grants that their replicas did not confirm and whose release failed: they expire at
+    /// their TTL, held by nobody who knows it.
+    pub unconfirmed_grants_expiring: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -115,6 +124,9 @@ impl Metrics {
             metrics_port_evictions: Counter::default(),
             streams_ended_by_reload: Counter::default(),
             redis_eviction_unsafe: Gauge::default(),
+            redis_wait_duration: latency_histogram(),
+            redis_wait_shortfalls: Counter::default(),
+            unconfirmed_grants_expiring: Counter::default(),
             registry: Registry::default(),
         };
         let m = &metrics;
@@ -205,6 +217,21 @@ impl Metrics {
             "redis_eviction_unsafe",
             "1 while Redis's maxmemory-policy may evict lease keys",
             m.redis_eviction_unsafe.clone(),
+        );
+        registry.register(
+            "redis_wait_duration_seconds",
+            "Redis WAIT latency confirming a grant or renewal on --redis-wait-replicas replicas",
+            m.redis_wait_duration.clone(),
+        );
+        registry.register(
+            "redis_wait_shortfalls",
+            "Grants and renewals not confirmed by --redis-wait-replicas replicas in time",
+            m.redis_wait_shortfalls.clone(),
+        );
+        registry.register(
+            "unconfirmed_grants_expiring",
+            "Grants not confirmed by replicas whose release failed: they expire at their TTL",
+            m.unconfirmed_grants_expiring.clone(),
         );
         Metrics {
             registry,

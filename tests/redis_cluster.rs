@@ -26,7 +26,7 @@ use leased::{
         AcquireRequest, Granted, WatchEvent, acquire_response,
         lease_service_client::LeaseServiceClient, watch_event::Cause,
     },
-    store::{RedisOptions, RedisStore},
+    store::{RedisOptions, RedisStore, ReplicaWait},
 };
 
 /// Grants, renewals, releases and increasing tokens for names spread over every node, and a
@@ -356,6 +356,7 @@ async fn list_pages_through_2500_leases_on_every_master() {
             key_prefix: "leased:".into(),
             max_waiters_per_name: 1_000,
             counter_keep: Duration::from_secs(600),
+            wait_for_replicas: ReplicaWait::NONE,
         },
         StoreEvents::new(),
     )

@@ -17,7 +17,7 @@ use leased::{
         AcquireRequest, AcquireResponse, Granted, ReleaseRequest, RenewRequest, RenewResponse,
         acquire_response, lease_service_client::LeaseServiceClient, renew_response,
     },
-    store::{RedisOptions, RedisStore},
+    store::{RedisOptions, RedisStore, ReplicaWait},
 };
 use tokio::sync::mpsc;
 use tonic::{Streaming, transport::Channel};
@@ -40,6 +40,7 @@ pub async fn direct_store(redis_url: &str, pool_size: usize) -> BenchResult<Arc<
             key_prefix: "leased:".to_owned(),
             max_waiters_per_name: 1024,
             counter_keep: Duration::from_secs(600),
+            wait_for_replicas: ReplicaWait::NONE,
         },
         StoreEvents::new(),
     )?;

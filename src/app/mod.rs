@@ -17,7 +17,7 @@ use crate::{
         ConnectionLimits, FollowLimits, Listeners, ServerOptions, TlsFiles, auth::Authenticator,
     },
     shutdown::{self, Shutdown},
-    store::{MemoryStore, RedisOptions, RedisStore},
+    store::{MemoryStore, RedisOptions, RedisStore, ReplicaWait},
 };
 
 /// How many connections the kernel may queue for `accept`: tokio's default, 1024, overflowed
@@ -85,7 +85,7 @@ pub async fn serve(
         health: bind_optional(config.health_listen, "--health-listen").await?,
         metrics: bind_optional(config.metrics_listen, "--metrics-listen").await?,
     };
-    match redis_options(&config) {
+    match redis_options(&config)? {
         Some(redis) => {
             tracing::info!(store = "redis", "starting");
             let events = StoreEvents::new();
@@ -94,6 +94,7 @@ pub async fn serve(
             store
                 .check_eviction_policy(redis.command_timeout, config.redis_allow_eviction)
                 .await?;
+            store.check_replicas(redis.command_timeout).await;
             crate::server::run(Replica::new(store, events), options, listeners, shutdown).await
         }
         None => {
@@ -200,16 +201,33 @@ fn connection_limits(config: &ServeConfig) -> Result<ConnectionLimits, StartupEr
     })
 }
 
-/// The Redis store's settings, if a Redis URL is set.
-fn redis_options(config: &ServeConfig) -> Option<RedisOptions> {
-    config.redis_url.as_ref().map(|url| RedisOptions {
+/// The Redis store's settings, if a Redis URL is set. `--redis-wait-replicas` needs one (the
+/// embedded store has no replicas) and a WAIT timeout above 0 (`WAIT n 0` would block forever).
+fn redis_options(config: &ServeConfig) -> Result<Option<RedisOptions>, StartupError> {
+    let wait_timeout = config.redis_wait_timeout.unwrap_or(config.redis_timeout);
+    if wait_timeout.is_zero() {
+        return Err(StartupError::Config("--redis-wait-timeout must be above 0"));
+    }
+    let Some(url) = &config.redis_url else {
+        if config.redis_wait_replicas > 0 {
+            return Err(StartupError::Config(
+                "--redis-wait-replicas needs --redis-url: the embedded store has no replicas",
+            ));
+        }
+        return Ok(None);
+    };
+    Ok(Some(RedisOptions {
         url: url.as_str().to_owned(),
         command_timeout: config.redis_timeout,
         pool_size: config.redis_pool_size,
         key_prefix: config.key_prefix.clone(),
         max_waiters_per_name: config.max_waiters_per_name,
         counter_keep: config.redis_counter_keep,
-    })
+        wait_for_replicas: ReplicaWait {
+            replicas: config.redis_wait_replicas,
+            timeout: wait_timeout,
+        },
+    }))
 }
 
 /// Binds `address`; `purpose` names the flag that set it, for the error.
@@ -260,5 +278,28 @@ mod tests {
         assert!(check_listen_address(&opted_in, everywhere).is_ok());
         let with_auth = ServeConfig::from_args(["--auth-tokens", "/tokens.json"]).unwrap();
         assert!(check_listen_address(&with_auth, everywhere).is_ok());
+    }
+
+    /// WAIT needs replicas (a Redis URL) and a timeout above 0 (`WAIT n 0` blocks forever); the
+    /// WAIT timeout defaults to the Redis timeout.
+    #[test]
+    fn waiting_for_replicas_needs_redis_and_a_timeout() {
+        let config = |args: &[&str]| ServeConfig::from_args(args.iter().copied()).unwrap();
+        let refused = redis_options(&config(&["--redis-wait-replicas", "1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("needs --redis-url"), "{refused}");
+        let redis = ["--redis-url", "redis://127.0.0.1:6379"];
+        let zero = config(&[&redis[..], &["--redis-wait-timeout", "0s"]].concat());
+        assert!(redis_options(&zero).is_err());
+        let waiting = config(&[&redis[..], &["--redis-wait-replicas", "1"]].concat());
+        let options = redis_options(&waiting).unwrap().unwrap();
+        assert_eq!(
+            options.wait_for_replicas,
+            ReplicaWait {
+                replicas: 1,
+                timeout: waiting.redis_timeout
+            }
+        );
     }
 }

@@ -11,6 +11,7 @@ use crate::{
 /// A Redis outage fails every request, and a broken key fails every request on its name: each
 /// kind is logged once per interval, with the count of the failures in between.
 static STORE_UNAVAILABLE: Throttle = Throttle::new(LOG_INTERVAL);
+static NOT_REPLICATED: Throttle = Throttle::new(LOG_INTERVAL);
 static INTERNAL_ERROR: Throttle = Throttle::new(LOG_INTERVAL);
 
 impl From<Error> for Status {
@@ -22,6 +23,12 @@ impl From<Error> for Status {
                     tracing::warn!(suppressed, %detail, "store unavailable");
                 }
                 Status::unavailable("lease store unavailable, retry later")
+            }
+            Error::NotReplicated(message) => {
+                if let Some(suppressed) = NOT_REPLICATED.admit() {
+                    tracing::warn!(suppressed, %message, "a write was not confirmed by enough Redis replicas");
+                }
+                Status::unavailable(message)
             }
             Error::Unauthenticated(message) => Status::unauthenticated(message),
             Error::PermissionDenied(message) => Status::permission_denied(message),

@@ -5,7 +5,7 @@ pub mod memory;
 pub mod redis;
 
 pub use memory::MemoryStore;
-pub use redis::{RedisOptions, RedisStore};
+pub use redis::{RedisOptions, RedisStore, ReplicaWait};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -11,7 +11,9 @@
 //!
 //! Independently of the mode, [`FaultProxy::block_replication`] closes every connection that
 //! speaks Redis's replication protocol (its client sent `REPLCONF` or `PSYNC`): a replica behind
-//! the proxy stops receiving writes while every other client is served as usual.
+//! the proxy stops receiving writes while every other client is served as usual, and
+//! [`FaultProxy::delay_replication`] holds back what the master sends a replica: a lagging
+//! replica.
 
 use std::{
     net::SocketAddr,
@@ -47,6 +49,7 @@ pub struct FaultProxy {
     pub port: u16,
     mode: watch::Sender<Fault>,
     replication_blocked: watch::Sender<bool>,
+    replication_delay: watch::Sender<Duration>,
     stats: Arc<ProxyStats>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -68,6 +71,7 @@ impl FaultProxy {
         let port = listener.local_addr().unwrap().port();
         let (mode, mode_rx) = watch::channel(Fault::Pass);
         let (replication_blocked, blocked_rx) = watch::channel(false);
+        let (replication_delay, delay_rx) = watch::channel(Duration::ZERO);
         let (stop, stop_rx) = oneshot::channel();
         let stats = Arc::new(ProxyStats::default());
         let thread_stats = stats.clone();
@@ -81,7 +85,7 @@ impl FaultProxy {
                 runtime.block_on(async move {
                     let listener = TcpListener::from_std(listener).unwrap();
                     tokio::select! {
-                        _ = accept_loop(listener, port, upstream, mode_rx, blocked_rx, thread_stats) => {}
+                        _ = accept_loop(listener, port, upstream, mode_rx, blocked_rx, delay_rx, thread_stats) => {}
                         _ = stop_rx => {}
                     }
                 });
@@ -92,6 +96,7 @@ impl FaultProxy {
             port,
             mode,
             replication_blocked,
+            replication_delay,
             stats,
             stop: Some(stop),
             thread: Some(thread),
@@ -117,6 +122,12 @@ impl FaultProxy {
         self.replication_blocked.send_replace(blocked);
     }
 
+    /// Holds back what the master sends on replication links by `delay` (zero: none), from the
+    /// next chunk on: the replica lags that far behind the master.
+    pub fn delay_replication(&self, delay: Duration) {
+        self.replication_delay.send_replace(delay);
+    }
+
     pub fn stats(&self) -> &ProxyStats {
         &self.stats
     }
@@ -139,6 +150,7 @@ async fn accept_loop(
     upstream: SocketAddr,
     mut mode: watch::Receiver<Fault>,
     blocked: watch::Receiver<bool>,
+    replication_delay: watch::Receiver<Duration>,
     stats: Arc<ProxyStats>,
 ) {
     let mut listener = Some(first_listener);
@@ -172,6 +184,7 @@ async fn accept_loop(
                             upstream,
                             mode.clone(),
                             blocked.clone(),
+                            replication_delay.clone(),
                             stats.clone(),
                         ));
                     }
@@ -195,6 +208,7 @@ async fn connection(
     upstream: SocketAddr,
     mut mode: watch::Receiver<Fault>,
     mut blocked: watch::Receiver<bool>,
+    replication_delay: watch::Receiver<Duration>,
     stats: Arc<ProxyStats>,
 ) {
     let broken = Arc::new(AtomicBool::new(false));
@@ -234,6 +248,7 @@ async fn connection(
         mode.clone(),
         broken.clone(),
         Some((replication.clone(), blocked.clone())),
+        None,
         stats.clone(),
     );
     let downstream_pump = pump(
@@ -242,6 +257,7 @@ async fn connection(
         mode.clone(),
         broken.clone(),
         None,
+        Some((replication.clone(), replication_delay)),
         stats.clone(),
     );
     tokio::select! {
@@ -298,6 +314,7 @@ async fn pump(
     mode: watch::Receiver<Fault>,
     broken: Arc<AtomicBool>,
     replication: Option<(Arc<AtomicBool>, watch::Receiver<bool>)>,
+    replication_delay: Option<(Arc<AtomicBool>, watch::Receiver<Duration>)>,
     stats: Arc<ProxyStats>,
 ) {
     let (chunks, mut pending) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
@@ -321,9 +338,15 @@ async fn pump(
                 stats.chunks_dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            let lag = match &replication_delay {
+                Some((is_replication, delay)) if is_replication.load(Ordering::SeqCst) => {
+                    *delay.borrow()
+                }
+                _ => Duration::ZERO,
+            };
             let release_at = match fault {
-                Fault::Pass => Instant::now(),
-                Fault::Delay(delay) => Instant::now() + delay,
+                Fault::Pass => Instant::now() + lag,
+                Fault::Delay(delay) => Instant::now() + delay + lag,
                 Fault::BlackHole => {
                     broken.store(true, Ordering::SeqCst);
                     stats.chunks_dropped.fetch_add(1, Ordering::Relaxed);

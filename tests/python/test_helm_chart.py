@@ -552,6 +552,7 @@ def test_defaults(chart):
         "LEASED_REDIS_POOL_SIZE": "4",
         "LEASED_KEY_PREFIX": "leased:",
         "LEASED_REDIS_COUNTER_KEEP": "10m",
+        "LEASED_REDIS_WAIT_REPLICAS": "0",
         "LEASED_MAX_CONCURRENT_STREAMS": "1024",
         "LEASED_MAX_WAITERS_PER_NAME": "1024",
         "LEASED_MAX_LIMIT": "10000",

@@ -5,7 +5,8 @@
 //!
 //! One module per topic: `faults` (several processes on one Redis, Redis faults, tokens across
 //! data loss, the drain on SIGTERM), `keys` (what the store keeps in Redis: the classic-lock
-//! takeover, the owner hash, a foreign key) and `store` (on the store itself: what the scripts
+//! takeover, the owner hash, a foreign key), `replicas` (`--redis-wait-replicas` on a master with a
+//! stopped replica) and `store` (on the store itself: what the scripts
 //! publish, what a revoke leaves, how List scans); the store helpers they share are below.
 
 #[path = "../common/mod.rs"]
@@ -13,6 +14,7 @@ mod common;
 
 mod faults;
 mod keys;
+mod replicas;
 mod store;
 
 use std::{
@@ -26,7 +28,7 @@ use leased::{
         AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, StoreEvents, ValidatedAcquire,
         limits::parse_name,
     },
-    store::{RedisOptions, RedisStore},
+    store::{RedisOptions, RedisStore, ReplicaWait},
 };
 
 /// A [`RedisStore`] on `url` with `key_prefix`, once it answers (and its subscriber is connected).
@@ -39,6 +41,7 @@ async fn store_on(url: &str, key_prefix: &str) -> Arc<RedisStore> {
             key_prefix: key_prefix.to_owned(),
             max_waiters_per_name: 1_000,
             counter_keep: Duration::from_secs(600),
+            wait_for_replicas: ReplicaWait::NONE,
         },
         StoreEvents::new(),
     )

@@ -142,6 +142,7 @@ impl Drop for Watch {
 fn copy_error(name: &str, error: &Error) -> Error {
     match error {
         Error::Unavailable(detail) => Error::Unavailable(detail.clone()),
+        Error::NotReplicated(detail) => Error::NotReplicated(detail.clone()),
         Error::ShuttingDown => Error::ShuttingDown,
         Error::Internal { name, detail } => Error::Internal {
             name: name.clone(),

@@ -26,6 +26,7 @@ mod list;
 mod liveness;
 mod messages;
 mod operations;
+mod replication;
 mod replies;
 mod subscriptions;
 
@@ -44,6 +45,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 pub use keys::LeaseKeys;
 use library::{Library, Script};
+pub use replication::ReplicaWait;
 pub use replies::parse_acquire_reply;
 use replies::{Reply, store_error};
 use subscriptions::{Subscriptions, keep_subscriptions, report_messages, resubscribe_on_connect};
@@ -71,6 +73,9 @@ pub struct RedisOptions {
     pub max_waiters_per_name: usize,
     /// How long a name's fencing counter outlives its last grant (`--redis-counter-keep`).
     pub counter_keep: Duration,
+    /// How many replicas must have a grant or renewal before it is answered, and for how long
+    /// to wait for them (`--redis-wait-replicas`, `--redis-wait-timeout`).
+    pub wait_for_replicas: ReplicaWait,
 }
 
 /// Everything but the URL, which may hold passwords (the settings' `Debug` shows it redacted).
@@ -83,6 +88,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("key_prefix", &self.key_prefix)
             .field("max_waiters_per_name", &self.max_waiters_per_name)
             .field("counter_keep", &self.counter_keep)
+            .field("wait_for_replicas", &self.wait_for_replicas)
             .finish()
     }
 }
@@ -95,6 +101,8 @@ pub struct RedisStore {
     key_prefix: String,
     max_waiters_per_name: usize,
     counter_keep: Duration,
+    command_timeout: Duration,
+    wait_for_replicas: ReplicaWait,
     /// Where wake-ups, positions moved and changes of holder are reported, and which names are
     /// listened to (each name's channel is subscribed while it is).
     events: StoreEvents,
@@ -184,6 +192,8 @@ impl RedisStore {
             key_prefix: options.key_prefix.clone(),
             max_waiters_per_name: options.max_waiters_per_name,
             counter_keep: options.counter_keep,
+            command_timeout: options.command_timeout,
+            wait_for_replicas: options.wait_for_replicas,
             events,
             subscriptions,
             background,
@@ -225,11 +235,25 @@ impl RedisStore {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Reply<'a>> {
+        self.run_on(self.pool.next(), script, name, keys, args)
+            .await
+    }
+
+    /// [`run`](Self::run) on one given pool client: a `WAIT` after it on the same client covers
+    /// its writes ([`replication`]).
+    async fn run_on<'a>(
+        &self,
+        client: &fred::clients::Client,
+        script: Script,
+        name: &'a LeaseName,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Reply<'a>> {
         let operation = script.name();
         let started = std::time::Instant::now();
         // Boxed: fred's future is several KiB, and every async fn above this one would otherwise
         // hold and move a copy of it (memcpy was 5% of the server's CPU per grant).
-        let reply = Box::pin(self.library.call(self.pool.next(), script, keys, args)).await;
+        let reply = Box::pin(self.library.call(client, script, keys, args)).await;
         metrics().record_store(operation, started.elapsed(), reply.is_err());
         match reply {
             Ok(value) => Ok(Reply {

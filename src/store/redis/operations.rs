@@ -10,6 +10,7 @@ use super::{
     keys::{heartbeat_key, lease_id_digest},
     library::Script,
     list::PageToken,
+    replication::Confirmed,
     replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
 };
 use crate::{
@@ -56,8 +57,22 @@ impl LeaseStore for RedisStore {
                 flag(own_id),
             ]);
         }
-        let reply = self.run(Script::Acquire, name, keys, arguments).await?;
-        reply.acquire_outcome(lease_id, self.max_waiters_per_name)
+        let client = self.pool.next();
+        let connections = self.connections_before(client);
+        let reply = self
+            .run_on(client, Script::Acquire, name, keys, arguments)
+            .await?;
+        let outcome = reply.acquire_outcome(lease_id, self.max_waiters_per_name)?;
+        if let AcquireOutcome::Granted(_) = outcome {
+            let confirmed = self
+                .confirm_on_replicas(client, connections, name, Confirmed::Grant)
+                .await;
+            if let Err(error) = confirmed {
+                self.release_unconfirmed(name, lease_id).await;
+                return Err(error);
+            }
+        }
+        Ok(outcome)
     }
 
     async fn renew(
@@ -68,8 +83,11 @@ impl LeaseStore for RedisStore {
     ) -> Result<RenewOutcome> {
         let keys = self.keys(name);
         let ttl_ms = ttl.map_or(0, |ttl| ttl.as_millis() as u64);
+        let client = self.pool.next();
+        let connections = self.connections_before(client);
         let reply = self
-            .run(
+            .run_on(
+                client,
                 Script::Renew,
                 name,
                 vec![
@@ -87,11 +105,15 @@ impl LeaseStore for RedisStore {
             )
             .await?;
         if reply.int(0)? == 1 {
-            return Ok(RenewOutcome::Renewed {
+            let renewed = RenewOutcome::Renewed {
                 fencing_token: reply.token(1)?,
                 ttl_ms: reply.int(2)?,
                 expires_at_ms: reply.int(3)?,
-            });
+            };
+            // Not confirmed: the renewal stays made, and the holder's retry confirms it.
+            self.confirm_on_replicas(client, connections, name, Confirmed::Renewal)
+                .await?;
+            return Ok(renewed);
         }
         Ok(RenewOutcome::Lost(match reply.string(1)?.as_str() {
             "taken" => LeaseGone::HeldByAnother,
@@ -103,28 +125,8 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
-        let keys = self.keys(name);
-        let reply = self
-            .run(
-                Script::Release,
-                name,
-                keys.for_release(),
-                vec![
-                    lease_id_digest(lease_id),
-                    self.counter_keep_ms(),
-                    ENDED_LEASE_ID_KEPT.as_millis().to_string(),
-                ],
-            )
-            .await?;
-        if reply.int(0)? == 0 {
-            return Ok(false);
-        }
-        // The wake-ups are on their way through pub/sub too; if a caller they go to waits on
-        // this replica, the reply reaches it sooner.
-        for index in 1..reply.len()? {
-            self.events.wake(name.as_str(), &reply.string(index)?);
-        }
-        Ok(true)
+        self.release_keeping(name, lease_id, ENDED_LEASE_ID_KEPT)
+            .await
     }
 
     async fn describe(&self, name: &LeaseName) -> Result<Description> {
@@ -330,7 +332,47 @@ fn flag(yes: bool) -> String {
 }
 
 impl RedisStore {
-    /// How long a name's counter outlives its last grant, as the scripts take it.
+    /// Releases a grant and leaves its lease id free to be granted again (a grant that its
+    /// replicas did not confirm: [`replication`](super::replication)).
+    pub(super) async fn release_without_ending(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+    ) -> Result<bool> {
+        self.release_keeping(name, lease_id, Duration::ZERO).await
+    }
+
+    /// Releases `lease_id`'s grant of `name` and records the id as ended for `ended_kept` (an
+    /// Acquire with it is refused meanwhile; zero records nothing). Answers whether it held.
+    async fn release_keeping(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+        ended_kept: Duration,
+    ) -> Result<bool> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                Script::Release,
+                name,
+                keys.for_release(),
+                vec![
+                    lease_id_digest(lease_id),
+                    self.counter_keep_ms(),
+                    ended_kept.as_millis().to_string(),
+                ],
+            )
+            .await?;
+        if reply.int(0)? == 0 {
+            return Ok(false);
+        }
+        // The wake-ups are on their way through pub/sub too; if a caller they go to waits on
+        // this replica, the reply reaches it sooner.
+        for index in 1..reply.len()? {
+            self.events.wake(name.as_str(), &reply.string(index)?);
+        }
+        Ok(true)
+    }
     fn counter_keep_ms(&self) -> String {
         self.counter_keep.as_millis().to_string()
     }

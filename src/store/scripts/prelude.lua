@@ -158,6 +158,10 @@ local MAX_ENDED_IDS = 1000
 -- a command held up by a stall) grants nothing: <prefix>{name}:ended, a sorted set of lease id
 -- digest -> until (Unix ms), checked only for the lease ids callers choose.
 local function end_lease_id(ended, lease_id, now_ms, keep_ms)
+  -- Zero: a release that must not end the id (a grant undone because no replica confirmed it).
+  if keep_ms <= 0 then
+    return
+  end
   redis.call('ZREMRANGEBYSCORE', ended, '-inf', now_ms)
   redis.call('ZADD', ended, now_ms + keep_ms, lease_id)
   local excess = redis.call('ZCARD', ended) - MAX_ENDED_IDS

@@ -1,0 +1,189 @@
+//! `--redis-wait-replicas`: a grant or renewal is answered only once Redis `WAIT` says that many
+//! replicas have it. Here on a master with one replica (no Sentinel): a stopped replica turns
+//! grants and renewals into `UNAVAILABLE` within `--redis-wait-timeout`, leaves nothing held,
+//! and everything works again once it resumes. (The failover itself: reliability/failover.rs.)
+
+use std::time::{Duration, Instant};
+
+use leased::proto::{AcquireRequest, acquire_response};
+use tonic::Code;
+
+use crate::common::*;
+
+/// How long a grant or renewal waits for the replica here.
+const WAIT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A master, and a replica of it that has finished its first sync (`WAIT` counts it only then).
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(
+        free_port(),
+        &["--replicaof", "127.0.0.1", &master.port.to_string()],
+    );
+    wait_until("the replica to sync", Duration::from_secs(20), || {
+        replica
+            .info_field("replication", "master_link_status")
+            .as_deref()
+            == Some("up")
+    });
+    (master, replica)
+}
+
+/// `leased serve` on `master`, answering grants and renewals once `replicas` replicas have them.
+/// Its metrics on `metrics_port`.
+async fn serve_waiting_for(
+    master: &RedisServer,
+    replicas: u32,
+    metrics_port: u16,
+    log: Log,
+) -> LeasedProcess {
+    LeasedProcess::serve()
+        .redis(&master.url())
+        .args([
+            "--redis-wait-replicas".to_owned(),
+            replicas.to_string(),
+            "--redis-wait-timeout".to_owned(),
+            format!("{}ms", WAIT_TIMEOUT.as_millis()),
+            "--metrics-listen".to_owned(),
+            format!("127.0.0.1:{metrics_port}"),
+        ])
+        .log(log)
+        .start()
+        .await
+}
+
+fn own_id_request(name: &str, lease_id: &str) -> AcquireRequest {
+    AcquireRequest {
+        name: name.into(),
+        holder: "test".into(),
+        ttl_ms: 60_000,
+        lease_id: lease_id.into(),
+        ..AcquireRequest::default()
+    }
+}
+
+/// With the replica stopped (SIGSTOP) a grant answers UNAVAILABLE after the WAIT timeout, naming
+/// the cause, and is released at once: the master holds nothing, and neither does the replica
+/// once it resumes and catches up. A renewal answers UNAVAILABLE too and its retry after the
+/// resume renews. A caller's own lease id refused so is not ended: its retry is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_replica_makes_grants_unavailable_and_leaves_nothing_held() {
+    let (master, replica) = master_and_replica();
+    let metrics_port = free_port();
+    let server = serve_waiting_for(
+        &master,
+        1,
+        metrics_port,
+        Log::File(log_dir("redis-wait-replicas").join("stopped-replica.log")),
+    )
+    .await;
+    let mut client = server.client().await;
+    let held = must_acquire(&mut client, "durable/held", 60_000).await;
+    let renewed = renew_once(&mut client, &held, 0).await.unwrap();
+    assert!(
+        matches!(
+            renewed.result,
+            Some(leased::proto::renew_response::Result::Renewed(_))
+        ),
+        "{renewed:?}"
+    );
+
+    replica.pause();
+    let started = Instant::now();
+    let status = acquire(&mut client, "durable/refused", 60_000, 0)
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    println!("a grant the stopped replica could not confirm answered after {took:?}");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("--redis-wait-replicas")
+            && status.message().contains("0 confirmed"),
+        "the status names the cause: {status:?}"
+    );
+    assert!(
+        took >= WAIT_TIMEOUT && took < WAIT_TIMEOUT + Duration::from_secs(1),
+        "answered after {took:?}, against a WAIT timeout of {WAIT_TIMEOUT:?}"
+    );
+    assert!(
+        !describe(&mut client, "durable/refused").await.held,
+        "a grant no replica confirmed was left held"
+    );
+    // A caller that waits gets the same answer (its grant is undone, not left to expire).
+    let status = acquire(&mut client, "durable/refused-waiting", 60_000, 5_000)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(!describe(&mut client, "durable/refused-waiting").await.held);
+    let status = renew_once(&mut client, &held, 0).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let own_id = "durable-own-lease-id-0000000001";
+    let status = acquire_refusal(&mut client, own_id_request("durable/own-id", own_id)).await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(!describe(&mut client, "durable/own-id").await.held);
+
+    replica.resume();
+    // Once the replica has caught up with the master, it holds nothing of the refused grants.
+    let offset = |server: &RedisServer, field: &str| -> i64 {
+        server
+            .info_field("replication", field)
+            .and_then(|offset| offset.parse().ok())
+            .unwrap_or(-1)
+    };
+    wait_until("the replica to catch up", Duration::from_secs(10), || {
+        offset(&replica, "slave_repl_offset") >= offset(&master, "master_repl_offset")
+    });
+    for name in [
+        "durable/refused",
+        "durable/refused-waiting",
+        "durable/own-id",
+    ] {
+        let key = format!("leased:{{{name}}}");
+        assert_eq!(
+            replica.command(&["EXISTS", &key]),
+            ":0",
+            "{key} is held on the replica after it resumed"
+        );
+    }
+    let renewed = renew_once(&mut client, &held, 0).await.unwrap();
+    assert!(
+        matches!(
+            renewed.result,
+            Some(leased::proto::renew_response::Result::Renewed(_))
+        ),
+        "the holder's retry renews: {renewed:?}"
+    );
+    match acquire_request_terminal(&mut client, own_id_request("durable/own-id", own_id)).await {
+        acquire_response::Result::Granted(granted) => assert_eq!(granted.lease_id, own_id),
+        other => panic!("the own id's retry was not granted: {other:?}"),
+    }
+    must_acquire(&mut client, "durable/refused", 5_000).await;
+
+    let metrics = scrape_metrics(metrics_port);
+    let shortfalls = metric_sample(&metrics, "leased_redis_wait_shortfalls_total");
+    assert!(shortfalls >= 4.0, "{shortfalls} WAIT shortfalls counted");
+    assert_eq!(
+        metric_sample(&metrics, "leased_unconfirmed_grants_expiring_total"),
+        0.0
+    );
+}
+
+/// More replicas asked for than are connected: the server says so at startup, and every grant
+/// answers UNAVAILABLE (none is left held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_replicas_than_connected_is_warned_at_startup() {
+    let (master, _replica) = master_and_replica();
+    let mut server = serve_waiting_for(&master, 2, free_port(), Log::Captured).await;
+    let mut client = server.client().await;
+    let status = acquire(&mut client, "durable/two-replicas", 60_000, 0)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("1 confirmed"), "{status:?}");
+    assert!(!describe(&mut client, "durable/two-replicas").await.held);
+    let log = server.stop_and_read_log();
+    assert!(
+        log.contains("fewer Redis replicas are connected than --redis-wait-replicas"),
+        "{log}"
+    );
+}
