@@ -4,7 +4,8 @@
 //!
 //! - [`redis`]: `redis-server` ([`redis::RedisServer`]) and the one RESP client ([`redis::query`]).
 //! - [`sentinel`]: Redis Sentinel (a master, a replica, three sentinels).
-//! - [`cluster`]: a three-master Redis Cluster.
+//! - [`cluster`]: a Redis Cluster of three masters, with or without a replica each (a master
+//!   killed, failed over and back as a replica).
 //! - [`etcd`]: a one-member etcd.
 //! - [`leased`]: `leased` in this process ([`leased::Leased`]) or as a child process of the real
 //!   binary ([`leased::LeasedProcess`]), and the one wait for SERVING over `grpc.health.v1`.

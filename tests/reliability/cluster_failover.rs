@@ -41,7 +41,7 @@ const CLUSTER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The names the test itself holds, watches and probes, apart from the checker's.
 const ADMIN_PREFIX: &str = "cluster-admin/";
 
-/// `--redis-wait-replicas 0`, today's default: the failover window is a data-loss window
+/// `--redis-wait-replicas 0`, the default: the failover window is a data-loss window
 /// (asynchronous replication may lose the last grants), excused as documented. Tokens never go
 /// backwards, and everything else the module documentation lists holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,8 +53,12 @@ async fn no_backwards_token_across_a_cluster_failover() {
 /// overlap: no acknowledged grant was lost. No grant of the failed-over slots requested after the
 /// kill is answered before the killed node rejoins (the promoted master has no replica to confirm
 /// it), and a grant refused so is not left held.
+///
+/// What this run cannot tell apart from N = 0: the N = 0 runs found no overlap either (the replica
+/// keeps up on loopback, and a holder whose grant was lost hears `lost` at its next renewal).
+/// That acknowledged grants survive only with WAIT is shown on Sentinel, with a lagging replica,
+/// by `durable_grants_survive_a_sentinel_failover`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs `leased serve --redis-wait-replicas`, which is not on main yet"]
 async fn no_lost_grant_across_a_cluster_failover_with_wait_replicas_1() {
     cluster_failover("reliability-cluster-failover-wait-1", 1).await;
 }
@@ -171,25 +175,30 @@ async fn cluster_failover(test: &str, wait_replicas: u32) {
         listed.len()
     );
 
-    let mut events = retry_unavailable(|| {
+    // A Watch whose first read fails ends with that error (as the stream's first item): open it
+    // again until the snapshot comes, as a client would.
+    let (mut events, snapshot) = retry_unavailable(|| {
         let mut watcher = client_a.clone();
         let name = watched.clone();
         async move {
-            watcher
+            let mut events = watcher
                 .watch(leased::proto::WatchRequest { name })
-                .await
-                .map(tonic::Response::into_inner)
+                .await?
+                .into_inner();
+            match tokio::time::timeout(Duration::from_secs(10), events.next()).await {
+                Ok(Some(Ok(snapshot))) => Ok((events, snapshot)),
+                Ok(Some(Err(status))) => Err(status),
+                Ok(None) => panic!("the Watch stream ended before its snapshot"),
+                Err(_) => panic!("no snapshot within 10 s of a Watch opened after the failover"),
+            }
         }
     })
     .await;
-    let snapshot = watch_until(
-        &mut events,
-        Duration::from_secs(10),
-        "the snapshot of a Watch opened after the failover",
-        |event| event.cause() == Cause::Snapshot && !event.held,
-        |_| false,
-    )
-    .await;
+    assert_eq!(
+        (snapshot.cause(), snapshot.held),
+        (Cause::Snapshot, false),
+        "the first event of a Watch opened after the failover: {snapshot:?}"
+    );
     assert_eq!(snapshot.name, watched);
     let mut watch_checks = Vec::new();
     if wait_replicas == 0 {
@@ -272,6 +281,32 @@ async fn cluster_failover(test: &str, wait_replicas: u32) {
         first_grant_after - failover_at,
         first_grant_after - killed_at,
         rejoin_start - failover_at
+    );
+    // Whether the other masters' names were served while one master was down: printed, not
+    // asserted (an availability figure, not a promise). Redis refuses every slot once the killed
+    // master is flagged as failed (`cluster-require-full-coverage yes`, its default); in a trial
+    // run with that setting off, leased served them no better, so the stall is on the client side.
+    let others: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|n| !failed.contains(n))
+        .collect();
+    let others_during: Vec<Duration> = events
+        .iter()
+        .filter_map(|event| match event {
+            checker::Event::Granted { name, received, .. }
+                if others.contains(name) && (killed_at..failover_at).contains(received) =>
+            {
+                Some(*received - killed_at)
+            }
+            _ => None,
+        })
+        .collect();
+    println!(
+        "grants of the other masters' names received between the kill and the failover: {}, \
+         the last {:?} after the kill",
+        others_during.len(),
+        others_during.iter().max()
     );
     println!("Watch after the failover saw: {watch_checks:?}");
 
