@@ -76,6 +76,8 @@ fn admin_name_on(port: u16, stem: &str, owner: u16) -> String {
         .unwrap_or_else(|| panic!("no {stem} name on master {owner}"))
 }
 
+/// The run both tests share, with `--redis-wait-replicas wait_replicas` (none passed for 0, the
+/// default); see the module documentation. `leased` logs to `target/tmp/<test>/`.
 async fn cluster_failover(test: &str, wait_replicas: u32) {
     let _serial = one_at_a_time().await;
     let mut cluster = block_in_place(RedisCluster::start_with_replicas);
@@ -108,10 +110,10 @@ async fn cluster_failover(test: &str, wait_replicas: u32) {
     for owner in &owners {
         *names_per_master.entry(*owner).or_default() += 1;
     }
-    let (victim, _) = names_per_master
+    let victim = names_per_master
         .iter()
         .max_by_key(|(_, count)| **count)
-        .map(|(master, count)| (*master, *count))
+        .map(|(master, _)| *master)
         .expect("the checker has names");
     let failed: Vec<usize> = (0..checker.names.len())
         .filter(|name| owners[*name] == victim)
