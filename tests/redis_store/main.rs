@@ -5,7 +5,8 @@
 //!
 //! One module per topic: `faults` (several processes on one Redis, Redis faults, tokens across
 //! data loss, the drain on SIGTERM), `keys` (what the store keeps in Redis: the classic-lock
-//! takeover, the owner hash, a foreign key) and `store` (on the store itself: what the scripts
+//! takeover, the owner hash, a foreign key), `layout` (the layout version: recorded, refused at
+//! startup, followed across reconnects) and `store` (on the store itself: what the scripts
 //! publish, what a revoke leaves, how List scans); the store helpers they share are below.
 
 #[path = "../common/mod.rs"]
@@ -13,6 +14,7 @@ mod common;
 
 mod faults;
 mod keys;
+mod layout;
 mod store;
 
 use std::{
