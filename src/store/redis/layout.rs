@@ -1,7 +1,8 @@
 //! The layout version of what `leased` keeps in Redis: one key, `<prefix>layout`, holds the
-//! version (an integer) of the keys, values, messages and scripts under the prefix, so that a
-//! replica never reads a layout it does not know. A Redis without the key holds layout 1: every
-//! release before the key existed wrote layout 1 without it.
+//! version (an integer) of the keys, values and messages under the prefix, so that a replica
+//! never reads a layout it does not know. A Redis without the key holds layout 1, that of the
+//! releases before the key existed (the layouts before theirs, which a rolling upgrade crosses
+//! with one re-acquire per lease, count as 1 too).
 //!
 //! Checked at startup (a layout this binary cannot read refuses to start) and after every
 //! (re)connection of the pool's clients (it may be another Redis now, or a restored one): while
@@ -35,13 +36,13 @@ use crate::{
 
 /// The layout this binary writes, and the newest it reads: a Redis holding a newer one was
 /// written by a newer release.
-pub(super) const LAYOUT_WRITTEN: u64 = 1;
+const LAYOUT_WRITTEN: u64 = 1;
 
 /// The oldest layout this binary reads: a Redis holding an older one needs an intermediate
 /// release first.
-pub(super) const OLDEST_LAYOUT_READ: u64 = 1;
+const OLDEST_LAYOUT_READ: u64 = 1;
 
-/// What a Redis without the layout key holds: releases before the key existed wrote layout 1.
+/// What a Redis without the layout key holds: the releases before the key wrote layout 1.
 const LAYOUT_WITHOUT_KEY: u64 = 1;
 
 /// How soon a check that Redis did not answer is tried again.
