@@ -94,6 +94,8 @@ struct WaitRecord {
     sent_at: Instant,
     /// When the caller was first told it is queued (`None`: granted at once).
     queued_at: Option<Instant>,
+    /// The wait was queued, then ended by a replica being replaced, and sent again.
+    sent_again: bool,
     fencing_token: u64,
     waited: Duration,
 }
@@ -222,6 +224,7 @@ async fn a_rolling_upgrade_keeps_every_lease() {
             .count()
     };
     let queued = report.waits.iter().filter(|wait| wait.queued_at.is_some());
+    let sent_again = report.waits.iter().filter(|wait| wait.sent_again).count();
     let max_wait = report.waits.iter().map(|wait| wait.waited).max();
     println!(
         "renewals: {} through old replicas, {} through new ones; {} calls retried on the other \
@@ -230,7 +233,8 @@ async fn a_rolling_upgrade_keeps_every_lease() {
     );
     println!(
         "grants: {} ({} through old replicas, {} through new ones); waits served: {} ({} queued \
-         first), not served: {}; max wait {:?}",
+         first, {sent_again} sent again after a replica being replaced ended them), not served: \
+         {}; max wait {:?}",
         report.grants.len(),
         grants_through(Version::Old),
         grants_through(Version::New),
@@ -405,12 +409,13 @@ async fn wait_in_turn(
             name: name.clone(),
             sent_at: granted.sent_at,
             queued_at: granted.queued_at,
+            sent_again: granted.sent_again,
             fencing_token: granted.fencing_token,
             waited: granted.received_at - granted.sent_at,
         });
         tokio::time::sleep(WAITER_HOLDS).await;
         turn += 1;
-        if !release(&name, &lease_id, &mut turn, &replicas, &report).await {
+        if !release(&name, &granted.lease_id, &mut turn, &replicas, &report).await {
             report
                 .lock()
                 .unwrap()
@@ -429,6 +434,8 @@ struct Held {
     fencing_token: u64,
     sent_at: Instant,
     queued_at: Option<Instant>,
+    /// Sent again after it was queued.
+    sent_again: bool,
     received_at: Instant,
 }
 
@@ -449,7 +456,9 @@ async fn acquire(
 ) -> Held {
     let sent_at = Instant::now();
     let mut queued_at = None;
+    let mut sent_again = false;
     loop {
+        sent_again |= queued_at.is_some();
         let (mut client, version) = replicas.pick(*turn);
         *turn += 1;
         let request = AcquireRequest {
@@ -492,6 +501,7 @@ async fn acquire(
                     fencing_token: granted.fencing_token,
                     sent_at,
                     queued_at,
+                    sent_again,
                     received_at,
                 };
             }
@@ -567,8 +577,13 @@ fn fifo_violations(waits: &[WaitRecord]) -> (usize, Vec<String>) {
             }
             pairs += 1;
             if second.fencing_token < first.fencing_token {
+                let first_sent_again = match first.sent_again {
+                    true => " (its wait was ended by a replica being replaced and sent again)",
+                    false => "",
+                };
                 errors.push(format!(
-                    "{}: token {} was queued first, but token {} was granted before it",
+                    "{}: token {} was queued first{first_sent_again}, but token {} was granted \
+                     before it",
                     first.name, first.fencing_token, second.fencing_token
                 ));
             }
