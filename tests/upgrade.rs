@@ -133,8 +133,8 @@ impl LeaseIds {
     }
 }
 
-/// Four old-to-new phases, while 8 holders renew and 12 waiters queue through both replicas:
-/// nothing lost, tokens increasing, FIFO kept.
+/// Both old replicas replaced by new ones, one at a time, while 8 holders renew and 12 waiters
+/// queue through both replicas: no lease lost, tokens increasing per name, FIFO kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs an older leased (LEASED_OLD_BIN); run by scripts/upgrade-check.sh"]
 async fn a_rolling_upgrade_keeps_every_lease() {
