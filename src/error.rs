@@ -107,6 +107,37 @@ pub enum StartupError {
     )]
     RedisEviction { server: String, policy: String },
 
+    /// Redis holds its leases in a layout newer than this binary knows: a newer `leased` wrote
+    /// it, and this one would misread it.
+    #[error(
+        "Redis holds its leases in layout {held} (key {key}), but this leased knows layouts up to \
+         {known} only: a newer leased wrote it, and this one would misread its leases. Run the \
+         leased version that wrote layout {held} (or a newer one), or give this one a Redis of \
+         its own or another --key-prefix"
+    )]
+    RedisLayoutNewer { key: String, held: u64, known: u64 },
+
+    /// Redis holds its leases in a layout older than this binary still reads.
+    #[error(
+        "Redis holds its leases in layout {held} (key {key}), which this leased no longer reads \
+         (it reads layouts {oldest} to {known}). Upgrade through an intermediate release first, \
+         one that reads layout {held} and writes a newer one, then to this one"
+    )]
+    RedisLayoutTooOld {
+        key: String,
+        held: u64,
+        oldest: u64,
+        known: u64,
+    },
+
+    /// The layout key holds something no `leased` writes.
+    #[error(
+        "Redis's key {key} holds {found}, not a layout version (leased writes an integer there): \
+         something else wrote it. Give leased another --key-prefix, or delete the key if nothing \
+         of yours needs it (a Redis without it holds layout 1)"
+    )]
+    RedisLayoutUnknown { key: String, found: String },
+
     /// The `--auth-tokens` file cannot be read or parsed.
     #[error("cannot load --auth-tokens: {0}")]
     AuthTokens(String),

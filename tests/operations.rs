@@ -369,7 +369,7 @@ fn startup_errors_name_what_to_fix() {
         ),
     ];
     for (serve, expected) in cases {
-        let (status, stderr) = run_to_exit(serve.command(), Duration::from_secs(20));
+        let (status, stderr) = serve.run_to_exit(Duration::from_secs(20));
         assert_eq!(status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
     }
@@ -384,8 +384,9 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
         redis.command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
         "+OK"
     );
-    let refused = LeasedProcess::serve().redis(&redis.url()).command();
-    let (status, stderr) = run_to_exit(refused, Duration::from_secs(20));
+    let (status, stderr) = LeasedProcess::serve()
+        .redis(&redis.url())
+        .run_to_exit(Duration::from_secs(20));
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains("maxmemory-policy allkeys-lru") && stderr.contains("noeviction"),
@@ -406,32 +407,4 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
     must_acquire(&mut client, "evictable", 1_000).await;
     let metrics = scrape(metrics_port);
     assert_eq!(sample(&metrics, "leased_redis_eviction_unsafe"), 1.0);
-}
-
-/// Runs `command` until it exits (killing it after `timeout`: a server that should have refused
-/// to start must not hang the test) and returns its status and stderr.
-fn run_to_exit(
-    mut command: std::process::Command,
-    timeout: Duration,
-) -> (std::process::ExitStatus, String) {
-    let mut child = command
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("cannot run leased");
-    let exited = harness::poll_until("leased to exit", timeout, || {
-        child.try_wait().unwrap().is_some()
-    });
-    if exited.is_err() {
-        child.kill().unwrap();
-    }
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    (status, stderr)
 }

@@ -91,6 +91,7 @@ pub async fn serve(
             let events = StoreEvents::new();
             let store = Arc::new(RedisStore::connect(&redis, events.clone())?);
             store.check_version(redis.command_timeout).await?;
+            store.check_layout(redis.command_timeout).await?;
             store
                 .check_eviction_policy(redis.command_timeout, config.redis_allow_eviction)
                 .await?;

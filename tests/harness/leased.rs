@@ -180,8 +180,8 @@ pub enum Log {
 }
 
 /// How to start `leased serve` as a child process: [`LeasedProcess::serve`], options, then
-/// [`Serve::start`] (tests), [`Serve::try_start`] (benchmarks), or [`Serve::command`] for a run
-/// that is expected to fail.
+/// [`Serve::start`] (tests), [`Serve::try_start`] (benchmarks), or [`Serve::run_to_exit`] for a
+/// run that is expected to fail.
 pub struct Serve {
     program: PathBuf,
     address: Option<SocketAddr>,
@@ -297,6 +297,27 @@ impl Serve {
     /// The command line alone, for a test that runs it to see it fail.
     pub fn command(&self) -> Command {
         self.command_at(self.address.unwrap_or(([127, 0, 0, 1], 0).into()))
+    }
+
+    /// Runs the command until it exits (killing it after `timeout`: a server that should have
+    /// refused to start must not hang the test): its status and stderr.
+    pub fn run_to_exit(&self, timeout: Duration) -> (ExitStatus, String) {
+        let mut child = self
+            .command()
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot run leased");
+        let exited = super::poll_until("leased to exit", timeout, || {
+            child.try_wait().unwrap().is_some()
+        });
+        if exited.is_err() {
+            child.kill().unwrap();
+        }
+        let status = child.wait().unwrap();
+        let mut stderr = String::new();
+        io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        (status, stderr)
     }
 
     /// Starts the process and waits (up to 20 s) until it reports SERVING.

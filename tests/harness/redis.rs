@@ -169,11 +169,24 @@ impl RedisServer {
         Ok(server)
     }
 
+    /// The server's working directory (`--dir`), unless its flags name another.
+    fn dir(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("leased-redis-{}-{}", std::process::id(), self.port))
+    }
+
     fn spawn(&mut self) -> io::Result<()> {
+        // A directory of its own: a replica's sync writes the master's data to `dump.rdb` in it,
+        // which a server started later in the same directory (the tests' working directory, by
+        // default) would load at startup. Emptied at each start, so a restart starts empty.
+        let dir = self.dir();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
         let child = spawn(
             Command::new("redis-server")
                 .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+                .arg("--dir")
+                .arg(&dir)
                 .args(&self.extra_args)
                 .stdout(Stdio::null()),
         )?;
@@ -262,5 +275,6 @@ impl Drop for RedisServer {
         if let Some(pid) = self.process.pid() {
             let _ = proc::signal(pid, libc::SIGCONT);
         }
+        let _ = std::fs::remove_dir_all(self.dir());
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! One module per topic: `faults` (several processes on one Redis, Redis faults, tokens across
 //! data loss, the drain on SIGTERM), `keys` (what the store keeps in Redis: the classic-lock
-//! takeover, the owner hash, a foreign key), `replicas` (`--redis-wait-replicas` on a master with a
+//! takeover, the owner hash, a foreign key), `layout` (the layout version: recorded, refused at
+//! startup, followed across reconnects), `replicas` (`--redis-wait-replicas` on a master with a
 //! stopped replica) and `store` (on the store itself: what the scripts
 //! publish, what a revoke leaves, how List scans); the store helpers they share are below.
 
@@ -14,6 +15,7 @@ mod common;
 
 mod faults;
 mod keys;
+mod layout;
 mod replicas;
 mod store;
 

@@ -116,3 +116,9 @@ impl LeaseKeys {
 pub(super) fn heartbeat_key(key_prefix: &str, replica: &str) -> String {
     format!("{key_prefix}replica:{replica}")
 }
+
+/// The key holding the layout version of everything under `key_prefix` (`layout.rs`). Outside
+/// every lease's hash tag, so `List` never sees it.
+pub(super) fn layout_key(key_prefix: &str) -> String {
+    format!("{key_prefix}layout")
+}

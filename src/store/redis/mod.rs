@@ -21,6 +21,7 @@
 
 mod eviction;
 mod keys;
+mod layout;
 mod library;
 mod list;
 mod liveness;
@@ -44,6 +45,7 @@ use fred::{
 use tokio::{sync::mpsc, task::JoinHandle};
 
 pub use keys::LeaseKeys;
+use layout::Layout;
 use library::{Library, Script};
 pub use replication::ReplicaWait;
 pub use replies::parse_acquire_reply;
@@ -107,6 +109,8 @@ pub struct RedisStore {
     /// listened to (each name's channel is subscribed while it is).
     events: StoreEvents,
     subscriptions: Arc<Subscriptions>,
+    /// The layout version Redis holds, checked on every connection.
+    layout: Arc<Layout>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -151,7 +155,9 @@ impl RedisStore {
                 }
             }
         });
+        let layout = Arc::new(Layout::new(keys::layout_key(&options.key_prefix)));
         let mut background = vec![
+            tokio::spawn(layout::follow_layout(pool.clone(), layout.clone())),
             tokio::spawn(keep_subscriptions(
                 subscriber.clone(),
                 subscriptions.clone(),
@@ -196,6 +202,7 @@ impl RedisStore {
             wait_for_replicas: options.wait_for_replicas,
             events,
             subscriptions,
+            layout,
             background,
         })
     }
@@ -221,6 +228,13 @@ impl RedisStore {
             }
         };
         check_redis_version(&info)
+    }
+
+    /// Refuses a Redis whose layout version (`<prefix>layout`) this binary cannot read, if Redis
+    /// answers within `timeout`; records layout 1 in a Redis without it. A Redis that does not
+    /// answer yet is not an error here: the layout is checked once it connects.
+    pub async fn check_layout(&self, timeout: Duration) -> Result<(), StartupError> {
+        self.layout.check_at_startup(timeout).await
     }
 
     fn keys(&self, name: &LeaseName) -> LeaseKeys {
@@ -250,6 +264,10 @@ impl RedisStore {
         args: Vec<String>,
     ) -> Result<Reply<'a>> {
         let operation = script.name();
+        // A layout this binary cannot read would be misread: refuse rather than guess.
+        if let Some(refusal) = self.layout.refusal() {
+            return Err(refusal);
+        }
         let started = std::time::Instant::now();
         // Boxed: fred's future is several KiB, and every async fn above this one would otherwise
         // hold and move a copy of it (memcpy was 5% of the server's CPU per grant).

@@ -261,6 +261,9 @@ impl LeaseStore for RedisStore {
     }
 
     async fn ping(&self) -> Result<()> {
+        if let Some(refusal) = self.layout.refusal() {
+            return Err(refusal);
+        }
         self.pool
             .next()
             .ping::<()>(None)
