@@ -10,6 +10,8 @@
 //! - [`workload`]: the store's scripts called directly, and cycles (of exclusive leases, of
 //!   permits of counting leases, and of shared or exclusive grants of read-write leases) and
 //!   renewals over gRPC.
+//! - [`durable`]: what `--redis-wait-replicas 1` costs cycles and renewals, on a Redis master
+//!   with a replica, against `--redis-wait-replicas 0` in turns with it.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
 //! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
 //!   waiter costs in Redis.
@@ -27,6 +29,7 @@
 //! - [`report`]: the targets next to what was measured, `report.json` and the tables.
 
 mod commandstats;
+mod durable;
 mod etcd;
 mod fair;
 mod fanout;
@@ -57,9 +60,9 @@ use crate::{
     measure::{Budget, Metered, Row},
     report::{report, tables, targets},
     scenarios::{
-        etcd_lock, fair_contention, grpc_cycle, grpc_cycle_memory, grpc_renew, handoff, held_scale,
-        idle_waiting, permit_memory, redis_benchmark_setnx, redis_calls, redis_direct,
-        redis_py_lock, renew_stream_memory, rw_cycle, semaphore_cycle, watch_fanout,
+        durable_grants, etcd_lock, fair_contention, grpc_cycle, grpc_cycle_memory, grpc_renew,
+        handoff, held_scale, idle_waiting, permit_memory, redis_benchmark_setnx, redis_calls,
+        redis_direct, redis_py_lock, renew_stream_memory, rw_cycle, semaphore_cycle, watch_fanout,
     },
 };
 
@@ -88,7 +91,8 @@ const FANOUT_WATCHERS: usize = 1000;
 #[command(about = "leased benchmarks (README.md, section Performance)")]
 struct Args {
     /// Short measurements and 5,000 held leases instead of 100,000: checks that every scenario
-    /// runs (in well under a minute), not the numbers.
+    /// runs (in well under a minute), not the numbers. `durable_grants` runs only when `--only`
+    /// names it.
     #[arg(long)]
     quick: bool,
     /// Run only these scenarios (comma-separated names, e.g. `grpc_cycle,handoff`).
@@ -135,6 +139,11 @@ struct Run {
 impl Run {
     fn wants(&self, scenario: &str) -> bool {
         self.args.only.is_empty() || self.args.only.iter().any(|name| name == scenario)
+    }
+
+    /// [`wants`](Self::wants) for a scenario that `--quick` leaves out unless `--only` names it.
+    fn wants_beyond_quick(&self, scenario: &str) -> bool {
+        self.wants(scenario) && (!self.args.quick || !self.args.only.is_empty())
     }
 
     /// The caller counts of the `@N` scenarios that this run measures.
@@ -260,6 +269,11 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("rw_cycle", rw_cycle(&run));
     scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
     scenario!("grpc_renew", grpc_renew(&run));
+    // Not in --quick (CI) unless named: four servers in turns on a Redis pair of its own take 18 s
+    // even there.
+    if run.wants_beyond_quick("durable_grants") {
+        rows.extend(scenario("durable_grants", scenario_limit, durable_grants(&run)).await);
+    }
     scenario!("handoff", handoff(&run));
     scenario!("fair_contention", fair_contention(&run));
     scenario!("redis_benchmark_setnx", redis_benchmark_setnx(&run));

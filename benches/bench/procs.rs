@@ -14,7 +14,9 @@ use crate::{
     BenchResult,
     harness::{
         etcd::EtcdServer,
+        free_port,
         leased::{LeasedProcess, Log},
+        poll_until_async,
         proc::rss_kib,
         redis::RedisServer,
     },
@@ -50,6 +52,35 @@ pub fn start_redis_as(label: &str) -> BenchResult<Metered<RedisServer>> {
     let redis = RedisServer::try_start()
         .map_err(|e| format!("{e}; run scripts/bench.sh to install redis-server"))?;
     Ok(Metered::new(label, redis.pid(), redis))
+}
+
+/// A `redis-server` without persistence replicating `master` (`--replicaof`), its CPU time
+/// metered as `label`; answers once its first sync is done (`master_link_status:up`, and the
+/// master counts it in `connected_slaves`), since `WAIT` counts it only from then on.
+pub async fn start_replica_as(
+    label: &str,
+    master: &RedisServer,
+) -> BenchResult<Metered<RedisServer>> {
+    let master_port = master.port.to_string();
+    let replica =
+        RedisServer::try_start_with(free_port(), &["--replicaof", "127.0.0.1", &master_port])?;
+    let replica = Metered::new(label, replica.pid(), replica);
+    poll_until_async(
+        "the Redis replica's first sync (master_link_status:up)",
+        Duration::from_secs(20),
+        || {
+            let up = replica
+                .info_field("replication", "master_link_status")
+                .is_some_and(|status| status == "up")
+                && master
+                    .info_field("replication", "connected_slaves")
+                    .and_then(|count| count.parse::<u32>().ok())
+                    .is_some_and(|count| count >= 1);
+            std::future::ready(up)
+        },
+    )
+    .await?;
+    Ok(replica)
 }
 
 /// `leased serve` as a child process (on Redis when `redis_url` is set), logging to

@@ -9,6 +9,7 @@ use crate::{
     BenchResult, FANOUT_WATCHERS, RENEW_STREAMS, RW_CONCURRENCY, RW_NAMES, RW_SHARED_PERCENT, Run,
     SEMAPHORE_CONCURRENCY, SEMAPHORE_LIMIT,
     commandstats::{CallMeter, Calls, per_unit},
+    durable,
     etcd::{EtcdContender, EtcdCycle},
     fair, fanout,
     handoff::{self, LeasedContender},
@@ -277,6 +278,22 @@ pub(crate) async fn grpc_renew(run: &Run) -> BenchResult<Vec<Row>> {
             run.connections_note()
         ),
     )])
+}
+
+/// `durable_grants`: `grpc_cycle@64`'s and `grpc_renew`'s workloads with `--redis-wait-replicas`
+/// 0 and 1, on the run's pool and on one of 16, taking turns on a Redis master with one replica
+/// of its own ([`durable`]).
+pub(crate) async fn durable_grants(run: &Run) -> BenchResult<Vec<Row>> {
+    let sizes = durable::Durable {
+        configs: durable::Config::all(run.args.redis_pool_size),
+        rounds: (0..run.rounds_in_turns())
+            .map(|round| run.round_budget(round))
+            .collect(),
+        connections: run.channels.len(),
+        streams: RENEW_STREAMS,
+        server_log: &run.args.server_log,
+    };
+    durable::durable_grants(&sizes).await
 }
 
 pub(crate) async fn handoff(run: &Run) -> BenchResult<Vec<Row>> {

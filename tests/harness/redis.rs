@@ -159,7 +159,8 @@ impl RedisServer {
         Self::try_start_with(port, extra_args).unwrap_or_else(|error| panic!("{error}"))
     }
 
-    fn try_start_with(port: u16, extra_args: &[&str]) -> io::Result<Self> {
+    /// [`RedisServer::start_with`] that answers an error instead.
+    pub fn try_start_with(port: u16, extra_args: &[&str]) -> io::Result<Self> {
         let mut server = RedisServer {
             port,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
