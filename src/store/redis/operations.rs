@@ -376,6 +376,8 @@ impl RedisStore {
         }
         Ok(true)
     }
+
+    /// How long a name's counter outlives its last grant, as the scripts take it.
     fn counter_keep_ms(&self) -> String {
         self.counter_keep.as_millis().to_string()
     }
