@@ -137,6 +137,8 @@ pub fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
 /// pause.
 pub struct RedisServer {
     pub port: u16,
+    /// Tells this value's working directory from another's on the same port.
+    instance: u64,
     /// Flags after the defaults, kept for [`RedisServer::restart`].
     extra_args: Vec<String>,
     process: Owned,
@@ -165,14 +167,27 @@ impl RedisServer {
             port,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             process: Owned(None),
+            instance: {
+                static INSTANCES: std::sync::atomic::AtomicU64 =
+                    std::sync::atomic::AtomicU64::new(0);
+                INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
         };
         server.spawn()?;
         Ok(server)
     }
 
-    /// The server's working directory (`--dir`), unless its flags name another.
+    /// The working directory (`--dir`) of this value's server: one per value, so that a server
+    /// started on the port of one still being replaced (`node.server = RedisServer::start_with(
+    /// same port)` drops the old value after the new one started) never loses its directory to
+    /// the old one's drop.
     fn dir(&self) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("leased-redis-{}-{}", std::process::id(), self.port))
+        std::env::temp_dir().join(format!(
+            "leased-redis-{}-{}-{}",
+            std::process::id(),
+            self.port,
+            self.instance
+        ))
     }
 
     fn spawn(&mut self) -> io::Result<()> {

@@ -21,6 +21,9 @@ use super::{
     spawn, wait_until,
 };
 
+/// Every node: a full sync to a replica starts at once, not after Redis's default 5 s.
+const NO_SYNC_DELAY: [&str; 2] = ["--repl-diskless-sync-delay", "0"];
+
 /// The monitored service name.
 pub const SERVICE: &str = "mymaster";
 
@@ -49,15 +52,23 @@ impl SentinelSet {
     /// Starts everything and waits until the three sentinels know the replica and each other, so
     /// that a failover can be agreed on.
     pub fn start() -> Self {
-        let master = RedisServer::start_with(free_port(), &[]);
+        // A master starts a replica's full sync at once (Redis waits 5 s for more replicas by
+        // default): a node restarted as a replica is in sync within a second.
+        let master = RedisServer::start_with(free_port(), &NO_SYNC_DELAY);
         let master_proxy = FaultProxy::start(([127, 0, 0, 1], master.port).into());
         let master = Node {
             server: master,
             known_as: master_proxy.port,
         };
         let master_address = master.known_as.to_string();
-        let replica =
-            RedisServer::start_with(free_port(), &["--replicaof", "127.0.0.1", &master_address]);
+        let replica = RedisServer::start_with(
+            free_port(),
+            &[
+                &NO_SYNC_DELAY[..],
+                &["--replicaof", "127.0.0.1", &master_address],
+            ]
+            .concat(),
+        );
         wait_until("the replica to sync", Duration::from_secs(15), || {
             replica
                 .info_field("replication", "master_link_status")
@@ -200,6 +211,8 @@ impl SentinelSet {
         node.server = RedisServer::start_with(
             node.server.port,
             &[
+                NO_SYNC_DELAY[0],
+                NO_SYNC_DELAY[1],
                 "--replicaof",
                 "127.0.0.1",
                 &master,
@@ -209,7 +222,7 @@ impl SentinelSet {
         );
         wait_until(
             "the restarted node to sync",
-            Duration::from_secs(15),
+            Duration::from_secs(30),
             || info_field(port, "replication", "master_link_status").as_deref() == Some("up"),
         );
         self.wait_for_quorum();
