@@ -158,13 +158,15 @@ pub fn rss_bytes(pid: u32) -> BenchResult<u64> {
 /// the bench serves the configuration users run (JSON logs, the Redis timeout, every limit).
 /// The bench's own flags (`--redis-pool-size`, `--server-log`, a scenario's limits) win.
 pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
-    const VARIABLES: [(&str, &str); 18] = [
+    const VARIABLES: [(&str, &str); 20] = [
         ("maxTtl", "LEASED_MAX_TTL"),
         ("maxWait", "LEASED_MAX_WAIT"),
         ("redisTimeout", "LEASED_REDIS_TIMEOUT"),
         ("redisPoolSize", "LEASED_REDIS_POOL_SIZE"),
         ("keyPrefix", "LEASED_KEY_PREFIX"),
         ("redisCounterKeep", "LEASED_REDIS_COUNTER_KEEP"),
+        ("redisWaitReplicas", "LEASED_REDIS_WAIT_REPLICAS"),
+        ("redisWaitTimeout", "LEASED_REDIS_WAIT_TIMEOUT"),
         ("maxConcurrentStreams", "LEASED_MAX_CONCURRENT_STREAMS"),
         ("maxWaitersPerName", "LEASED_MAX_WAITERS_PER_NAME"),
         ("maxLimit", "LEASED_MAX_LIMIT"),
@@ -191,6 +193,7 @@ pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
         .skip(1)
         .take_while(|line| line.is_empty() || line.starts_with(' ') || line.starts_with('#'));
     let mut config = Vec::new();
+    let mut found = 0;
     for line in block {
         let Some(setting) = line.strip_prefix("  ") else {
             continue;
@@ -206,16 +209,20 @@ pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
             .iter()
             .find(|(name, _)| *name == key)
             .ok_or_else(|| format!("{path}: config.{key} is new; map it in procs::helm_config"))?;
+        found += 1;
+        // An empty setting is left out of the ConfigMap (the server's default applies).
+        if value.is_empty() {
+            continue;
+        }
         let value = match key {
             "drainGraceSeconds" => format!("{value}s"),
             _ => value.to_owned(),
         };
         config.push((variable.to_string(), value));
     }
-    if config.len() != VARIABLES.len() {
+    if found != VARIABLES.len() {
         return Err(format!(
-            "{path}: {} of the {} config settings found",
-            config.len(),
+            "{path}: {found} of the {} config settings found",
             VARIABLES.len()
         )
         .into());
