@@ -6,10 +6,7 @@
 
 use std::time::Duration;
 
-use fred::{
-    prelude::{ClientLike, ClusterInterface},
-    types::InfoKind,
-};
+use fred::types::InfoKind;
 
 use super::RedisStore;
 use crate::{error::StartupError, metrics::metrics};
@@ -64,29 +61,11 @@ impl RedisStore {
     /// `(server, maxmemory-policy)` of the one server, or of every Cluster primary. Read from
     /// `INFO memory`, which managed Redis services answer where `CONFIG GET` is disabled.
     async fn eviction_policies(&self) -> Result<Vec<(String, String)>, fred::error::Error> {
-        let client = self.pool.next();
-        client.wait_for_connect().await?;
-        let primaries = client
-            .cached_cluster_state()
-            .map(|state| state.unique_primary_nodes())
-            .filter(|_| client.is_clustered());
-        let mut policies = Vec::new();
-        match primaries {
-            None => {
-                let info: String = client.info(Some(InfoKind::Memory)).await?;
-                policies.push(("redis".to_owned(), policy_of(&info)));
-            }
-            Some(primaries) => {
-                for server in primaries {
-                    let info: String = client
-                        .with_cluster_node(server.clone())
-                        .info(Some(InfoKind::Memory))
-                        .await?;
-                    policies.push((server.to_string(), policy_of(&info)));
-                }
-            }
-        }
-        Ok(policies)
+        let infos = self.info_of_every_master(InfoKind::Memory).await?;
+        Ok(infos
+            .into_iter()
+            .map(|(server, info)| (server, policy_of(&info)))
+            .collect())
     }
 }
 

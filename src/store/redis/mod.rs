@@ -39,7 +39,9 @@ use std::{
 
 use fred::{
     clients::SubscriberClient,
-    prelude::{Builder, ClientLike, Config, Error as RedisError, Pool, ReconnectPolicy},
+    prelude::{
+        Builder, ClientLike, ClusterInterface, Config, Error as RedisError, Pool, ReconnectPolicy,
+    },
     types::InfoKind,
 };
 use tokio::{sync::mpsc, task::JoinHandle};
@@ -235,6 +237,33 @@ impl RedisStore {
     /// answer yet is not an error here: the layout is checked once it connects.
     pub async fn check_layout(&self, timeout: Duration) -> Result<(), StartupError> {
         self.layout.check_at_startup(timeout).await
+    }
+
+    /// `(server, INFO section)` of the one master ("redis"), or of every Cluster primary, once
+    /// connected: the startup checks read each master's settings this way.
+    async fn info_of_every_master(
+        &self,
+        section: InfoKind,
+    ) -> Result<Vec<(String, String)>, RedisError> {
+        let client = self.pool.next();
+        client.wait_for_connect().await?;
+        let primaries = client
+            .cached_cluster_state()
+            .map(|state| state.unique_primary_nodes())
+            .filter(|_| client.is_clustered());
+        let Some(primaries) = primaries else {
+            let info: String = client.info(Some(section)).await?;
+            return Ok(vec![("redis".to_owned(), info)]);
+        };
+        let mut infos = Vec::new();
+        for server in primaries {
+            let info: String = client
+                .with_cluster_node(server.clone())
+                .info(Some(section.clone()))
+                .await?;
+            infos.push((server.to_string(), info));
+        }
+        Ok(infos)
     }
 
     fn keys(&self, name: &LeaseName) -> LeaseKeys {

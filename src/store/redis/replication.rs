@@ -16,7 +16,7 @@ use std::{collections::HashMap, time::Duration};
 use fred::{
     clients::Client,
     interfaces::ClientInterface,
-    prelude::{ClientLike, ClusterInterface, Options, Server, ServerInterface},
+    prelude::{ClientLike, Options, Server, ServerInterface},
     types::{ClusterHash, InfoKind},
     util::redis_keyslot,
 };
@@ -166,29 +166,11 @@ impl RedisStore {
     /// `(server, connected replicas)` of the one master, or of every Cluster primary, from
     /// `INFO replication`.
     async fn connected_replicas(&self) -> Result<Vec<(String, u32)>, fred::error::Error> {
-        let client = self.pool.next();
-        client.wait_for_connect().await?;
-        let primaries = client
-            .cached_cluster_state()
-            .map(|state| state.unique_primary_nodes())
-            .filter(|_| client.is_clustered());
-        let mut connected = Vec::new();
-        match primaries {
-            None => {
-                let info: String = client.info(Some(InfoKind::Replication)).await?;
-                connected.push(("redis".to_owned(), connected_replicas_of(&info)));
-            }
-            Some(primaries) => {
-                for server in primaries {
-                    let info: String = client
-                        .with_cluster_node(server.clone())
-                        .info(Some(InfoKind::Replication))
-                        .await?;
-                    connected.push((server.to_string(), connected_replicas_of(&info)));
-                }
-            }
-        }
-        Ok(connected)
+        let infos = self.info_of_every_master(InfoKind::Replication).await?;
+        Ok(infos
+            .into_iter()
+            .map(|(server, info)| (server, connected_replicas_of(&info)))
+            .collect())
     }
 }
 
