@@ -43,11 +43,7 @@ async fn leases_work_on_a_redis_cluster() {
     for index in 0..30 {
         let name = format!("cluster/job-{index}");
         let first = must_acquire(&mut client_a, &name, 10_000).await;
-        let renewed = renew_once(&mut client_a, &first, 0).await.unwrap();
-        assert!(matches!(
-            renewed.result,
-            Some(leased::proto::renew_response::Result::Renewed(_))
-        ));
+        must_renew(&mut client_a, &first).await;
         assert!(release(&mut client_a, &first).await);
         let second = must_acquire(&mut client_b, &name, 10_000).await;
         assert!(second.fencing_token > first.fencing_token);
@@ -495,36 +491,6 @@ async fn snapshot_grant_and_release(
         "{context}"
     );
     granted
-}
-
-/// Reads Watch events until one is `wanted`, within `timeout`: the events before it, each of which
-/// `may_come_first` must accept, and the wanted one. Panics on any other event, on the end of the
-/// stream, or on timeout.
-async fn watch_for(
-    events: &mut tonic::Streaming<WatchEvent>,
-    timeout: Duration,
-    what: &str,
-    wanted: impl Fn(&WatchEvent) -> bool,
-    may_come_first: impl Fn(&WatchEvent) -> bool,
-) -> (Vec<WatchEvent>, WatchEvent) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut before = Vec::new();
-    loop {
-        let event = match tokio::time::timeout_at(deadline, events.next()).await {
-            Err(_) => panic!("no {what} within {timeout:?}; saw {before:?}"),
-            Ok(None) => panic!("the Watch stream ended before {what}; saw {before:?}"),
-            Ok(Some(Err(status))) => panic!("the Watch stream failed before {what}: {status:?}"),
-            Ok(Some(Ok(event))) => event,
-        };
-        if wanted(&event) {
-            return (before, event);
-        }
-        assert!(
-            may_come_first(&event),
-            "expected {what}, got {event:?} after {before:?}"
-        );
-        before.push(event);
-    }
 }
 
 /// Watch and waiting across a slot move, on a three-master cluster with two replicas. A Watch

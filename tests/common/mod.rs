@@ -291,6 +291,20 @@ pub async fn renew_once(
         .expect("Renew stream ended without an answer")
 }
 
+/// One renewal over a fresh Renew stream that must renew: panics on an error or on `lost`.
+pub async fn must_renew(client: &mut LeaseServiceClient<Channel>, granted: &Granted) {
+    let renewed = renew_once(client, granted, 0)
+        .await
+        .unwrap_or_else(|status| panic!("Renew {} failed: {status:?}", granted.name));
+    assert!(
+        matches!(
+            renewed.result,
+            Some(leased::proto::renew_response::Result::Renewed(_))
+        ),
+        "{renewed:?}"
+    );
+}
+
 /// A Renew stream kept open (not half-closed), driven one request at a time.
 pub struct OpenRenewStream {
     requests: tokio::sync::mpsc::Sender<RenewRequest>,
@@ -574,6 +588,36 @@ pub async fn next_event_within(
         Ok(None) => panic!("the Watch stream ended"),
         Ok(Some(Err(status))) => panic!("the Watch stream failed: {status:?}"),
         Ok(Some(Ok(event))) => event,
+    }
+}
+
+/// Reads Watch events until one is `wanted`, within `timeout`: the events before it, each of which
+/// `may_come_first` must accept, and the wanted one. Panics on any other event, on the end of the
+/// stream, or on timeout.
+pub async fn watch_for(
+    events: &mut tonic::Streaming<WatchEvent>,
+    timeout: Duration,
+    what: &str,
+    wanted: impl Fn(&WatchEvent) -> bool,
+    may_come_first: impl Fn(&WatchEvent) -> bool,
+) -> (Vec<WatchEvent>, WatchEvent) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut before = Vec::new();
+    loop {
+        let event = match tokio::time::timeout_at(deadline, events.next()).await {
+            Err(_) => panic!("no {what} within {timeout:?}; saw {before:?}"),
+            Ok(None) => panic!("the Watch stream ended before {what}; saw {before:?}"),
+            Ok(Some(Err(status))) => panic!("the Watch stream failed before {what}: {status:?}"),
+            Ok(Some(Ok(event))) => event,
+        };
+        if wanted(&event) {
+            return (before, event);
+        }
+        assert!(
+            may_come_first(&event),
+            "expected {what}, got {event:?} after {before:?}"
+        );
+        before.push(event);
     }
 }
 

@@ -87,14 +87,7 @@ async fn a_newer_layout_found_on_reconnect_stops_serving_until_it_is_readable() 
     assert_eq!(redis.command(&["SET", "leased:layout", "1"]), "+OK");
     kill_normal_clients(&redis);
     server.wait_serving().await;
-    let renewed = renew_once(&mut client, &held, 0).await.unwrap();
-    assert!(
-        matches!(
-            renewed.result,
-            Some(leased::proto::renew_response::Result::Renewed(_))
-        ),
-        "{renewed:?}"
-    );
+    must_renew(&mut client, &held).await;
 
     let log = server.stop_and_read_log();
     assert!(

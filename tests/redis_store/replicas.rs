@@ -79,14 +79,7 @@ async fn a_stopped_replica_makes_grants_unavailable_and_leaves_nothing_held() {
     .await;
     let mut client = server.client().await;
     let held = must_acquire(&mut client, "durable/held", 60_000).await;
-    let renewed = renew_once(&mut client, &held, 0).await.unwrap();
-    assert!(
-        matches!(
-            renewed.result,
-            Some(leased::proto::renew_response::Result::Renewed(_))
-        ),
-        "{renewed:?}"
-    );
+    must_renew(&mut client, &held).await;
 
     replica.pause();
     let started = Instant::now();
@@ -145,14 +138,7 @@ async fn a_stopped_replica_makes_grants_unavailable_and_leaves_nothing_held() {
             "{key} is held on the replica after it resumed"
         );
     }
-    let renewed = renew_once(&mut client, &held, 0).await.unwrap();
-    assert!(
-        matches!(
-            renewed.result,
-            Some(leased::proto::renew_response::Result::Renewed(_))
-        ),
-        "the holder's retry renews: {renewed:?}"
-    );
+    must_renew(&mut client, &held).await;
     match acquire_request_terminal(&mut client, own_id_request("durable/own-id", own_id)).await {
         acquire_response::Result::Granted(granted) => assert_eq!(granted.lease_id, own_id),
         other => panic!("the own id's retry was not granted: {other:?}"),

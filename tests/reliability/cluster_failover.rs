@@ -373,36 +373,6 @@ async fn list_all(endpoint: &str, prefix: &str) -> Result<Vec<LeaseInfo>, tonic:
     panic!("List {prefix:?} did not end within 100 pages");
 }
 
-/// Reads Watch events until one is `wanted`, within `timeout`, and answers it. Every event
-/// before it must be accepted by `may_come_first`; panics on any other, on the end of the stream,
-/// or on timeout.
-async fn watch_until(
-    events: &mut tonic::Streaming<WatchEvent>,
-    timeout: Duration,
-    what: &str,
-    wanted: impl Fn(&WatchEvent) -> bool,
-    may_come_first: impl Fn(&WatchEvent) -> bool,
-) -> WatchEvent {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut before = Vec::new();
-    loop {
-        let event = match tokio::time::timeout_at(deadline, events.next()).await {
-            Err(_) => panic!("no {what} within {timeout:?}; saw {before:?}"),
-            Ok(None) => panic!("the Watch stream ended before {what}; saw {before:?}"),
-            Ok(Some(Err(status))) => panic!("the Watch stream failed before {what}: {status:?}"),
-            Ok(Some(Ok(event))) => event,
-        };
-        if wanted(&event) {
-            return event;
-        }
-        assert!(
-            may_come_first(&event),
-            "expected {what}, got {event:?} after {before:?}"
-        );
-        before.push(event);
-    }
-}
-
 /// A grant of the free lease `name` through `client` reaches the Watch `events` (as GRANTED, or
 /// as a SNAPSHOT that shows it, if a resubscription re-read the name meanwhile; a snapshot of the
 /// free lease may come first); after 1 s in which only snapshots of the grant may come, its
@@ -423,7 +393,7 @@ async fn grant_and_release_seen(
     let granted_at = Instant::now();
     let token = granted.fencing_token;
     let shows_grant = |event: &WatchEvent| event.held && event.fencing_token == token;
-    let seen = watch_until(
+    let (_, seen) = watch_for(
         events,
         Duration::from_secs(10),
         &format!("GRANTED of {context}"),
@@ -455,7 +425,7 @@ async fn grant_and_release_seen(
     .into_inner();
     assert!(released.released, "{context}: the release found no lease");
     let released_at = Instant::now();
-    watch_until(
+    watch_for(
         events,
         Duration::from_secs(10),
         &format!("RELEASED of {context}"),
