@@ -173,3 +173,81 @@ async fn more_replicas_than_connected_is_warned_at_startup() {
         "{log}"
     );
 }
+
+/// `WAIT` blocks the pool connection it runs on, so while the replica is stopped every grant and
+/// renewal holds its connection for the whole `--redis-wait-timeout`, and commands queue behind
+/// one another. The replica's heartbeat must not queue with them: had it lapsed, the other
+/// replicas would take this live replica for gone and purge every queue entry of its waiters,
+/// which then join again at the tail in no fixed order. The heartbeat key is watched on the
+/// master while 40 renewals keep the 4 pool connections waiting for 4 s (with the heartbeat in
+/// the pool, it lapsed 2.5 s into them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_kept_waiting_for_redis_replicas_keeps_its_heartbeat() {
+    const RENEWERS: usize = 40;
+    const BUSY_FOR: Duration = Duration::from_secs(4);
+    let (master, replica) = master_and_replica();
+    let server = serve_waiting_for(
+        &master,
+        1,
+        free_port(),
+        Log::File(log_dir("redis-wait-replicas").join("heartbeat.log")),
+    )
+    .await;
+    let mut client = server.client().await;
+    let mut held = Vec::new();
+    for index in 0..RENEWERS {
+        held.push(must_acquire(&mut client, &format!("durable/busy-{index}"), 60_000).await);
+    }
+    let heartbeat = master.command(&["KEYS", "leased:replica:*"]);
+    assert!(
+        heartbeat.starts_with("leased:replica:") && !heartbeat.contains('\n'),
+        "one heartbeat key: {heartbeat:?}"
+    );
+
+    replica.pause();
+    let started = Instant::now();
+    let renewers: Vec<_> = held
+        .into_iter()
+        .map(|granted| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut refused = 0;
+                while started.elapsed() < BUSY_FOR {
+                    if renew_once(&mut client, &granted, 0).await.is_err() {
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let mut lowest_ttl_ms = i64::MAX;
+    while started.elapsed() < BUSY_FOR {
+        let ttl: i64 = master
+            .command(&["PTTL", &heartbeat])
+            .trim_start_matches(':')
+            .parse()
+            .expect("PTTL answers a number");
+        assert!(
+            ttl > 0,
+            "the heartbeat lapsed {:?} into the stall while renewals waited for the stopped \
+             replica",
+            started.elapsed()
+        );
+        lowest_ttl_ms = lowest_ttl_ms.min(ttl);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut refused = 0;
+    for renewer in renewers {
+        refused += renewer.await.expect("a renewer panicked");
+    }
+    replica.resume();
+    println!(
+        "{refused} renewals refused in {BUSY_FOR:?}; the heartbeat's TTL never fell below \
+         {lowest_ttl_ms} ms (of 2000)"
+    );
+    assert!(
+        refused >= RENEWERS,
+        "only {refused} renewals waited for the stopped replica: the pool was not kept busy"
+    );
+}

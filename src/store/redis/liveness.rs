@@ -1,5 +1,6 @@
 //! This replica's liveness in Redis: one heartbeat key, renewed twice a second whatever the
-//! number of names it waits on, which another replica reads before it takes a stalled queue
+//! number of names it waits on (on a connection of its own, so that no command queued in the
+//! pool, a `WAIT` for replicas above all, can hold it up past the key's TTL), which another replica reads before it takes a stalled queue
 //! entry of this replica for dead (`unstall`). The key vanishes with Redis's data, so its renewal
 //! is also how this replica learns that Redis lost data (a `FLUSHALL`, a restart without
 //! persistence) or that it was out of Redis's reach for longer than other replicas wait for it:
@@ -9,7 +10,7 @@
 use std::time::Duration;
 
 use fred::{
-    clients::{Pool, SubscriberClient},
+    clients::{Client, Pool, SubscriberClient},
     prelude::{ClusterInterface, EventInterface, KeysInterface},
     types::Expiration,
 };
@@ -39,15 +40,19 @@ static HEARTBEAT_LOST: Throttle = Throttle::new(LOG_INTERVAL);
 /// found it (or set it) means Redis lost its data or this replica was away long enough for
 /// others to purge its queue entries: reported as a reconnect, so that every waiter re-reads its
 /// place (joining again if its entry is gone) and every watcher gets a snapshot.
-pub(super) async fn keep_heartbeat(pool: Pool, key: String, replica: String, events: StoreEvents) {
+pub(super) async fn keep_heartbeat(
+    client: Client,
+    key: String,
+    replica: String,
+    events: StoreEvents,
+) {
     let mut ticks = tokio::time::interval(HEARTBEAT_INTERVAL);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let ttl_ms = HEARTBEAT_TTL.as_millis() as i64;
     let mut beating = false;
     loop {
         ticks.tick().await;
-        let previous = pool
-            .next()
+        let previous = client
             .set::<Option<String>, _, _>(
                 key.as_str(),
                 replica.as_str(),

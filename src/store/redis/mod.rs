@@ -141,6 +141,11 @@ impl RedisStore {
             .build_pool(options.pool_size.max(1))
             .map_err(url_error)?;
         let subscriber = builder.build_subscriber_client().map_err(url_error)?;
+        // The heartbeat has a connection of its own: with --redis-wait-replicas a `WAIT` holds
+        // the pool connection it runs on for up to its timeout, and a heartbeat queued behind a
+        // few of them would lapse. Other replicas would then take this live one for gone and
+        // purge its waiters' queue entries, which join again at the tail in no fixed order.
+        let heartbeat = builder.build().map_err(url_error)?;
 
         let (changes, pending) = mpsc::unbounded_channel();
         let subscriptions = Arc::new(Subscriptions {
@@ -177,7 +182,7 @@ impl RedisStore {
                 events.clone(),
             )),
             tokio::spawn(liveness::keep_heartbeat(
-                pool.clone(),
+                heartbeat.clone(),
                 keys::heartbeat_key(&options.key_prefix, events.replica()),
                 events.replica().to_owned(),
                 events.clone(),
@@ -192,6 +197,7 @@ impl RedisStore {
         // The tasks above exist before the first connection, so none of its events is missed.
         drop(pool.connect_pool());
         drop(subscriber.connect());
+        drop(heartbeat.connect());
 
         Ok(RedisStore {
             pool,
