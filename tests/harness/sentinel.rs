@@ -2,6 +2,12 @@
 //! `redis-server` / `redis-sentinel`, on ephemeral ports, with fast failover settings
 //! (`down-after-milliseconds` 1000, `failover-timeout` 5000).
 //!
+//! Settings that fast have a cost: on a busy machine the sentinels may find a master they have
+//! just promoted down (its first `PING` unanswered within the second) and fail over again, to the
+//! node restarted as a replica a moment before, while the promoted one keeps taking writes for
+//! seconds until the sentinels turn it into a replica. A test's fault lasts until
+//! [`SentinelSet::wait_until_settled`] says the nodes are as the sentinels say, for a while.
+//!
 //! The first master is known to everyone (sentinels, replica, `leased`) by the address of a
 //! [`FaultProxy`] in front of it, so that a test can block replication alone: the replica then
 //! misses every write the master still accepts, as an asynchronous replica that lags does when its
@@ -26,6 +32,19 @@ const NO_SYNC_DELAY: [&str; 2] = ["--repl-diskless-sync-delay", "0"];
 
 /// The monitored service name.
 pub const SERVICE: &str = "mymaster";
+
+/// How long the nodes must stay as the sentinels say before they count as settled: twice the
+/// sentinels' `down-after-milliseconds`, past which a master they were about to find down would
+/// have been.
+const SETTLED_FOR: Duration = Duration::from_secs(2);
+
+/// How the nodes stood once settled.
+pub struct Settled {
+    /// The master's address (port).
+    pub master: u16,
+    /// Failovers the sentinels made since they started.
+    pub switches: usize,
+}
 
 /// One Redis node, and the port everyone else uses for it (the proxy's, for the first master).
 struct Node {
@@ -99,7 +118,8 @@ impl SentinelSet {
                          sentinel monitor {SERVICE} 127.0.0.1 {master} 2\n\
                          sentinel down-after-milliseconds {SERVICE} 1000\n\
                          sentinel failover-timeout {SERVICE} 5000\n\
-                         sentinel parallel-syncs {SERVICE} 1\n",
+                         sentinel parallel-syncs {SERVICE} 1\n\
+                         logfile {dir}/sentinel-{index}.log\n",
                         dir = dir.display(),
                         master = monitored,
                     ),
@@ -195,8 +215,9 @@ impl SentinelSet {
         port
     }
 
-    /// Starts the killed node known as `port` again, empty, as a replica of the current master.
-    pub fn restart_as_replica(&mut self, port: u16) {
+    /// Starts the killed node known as `port` again, empty, as a replica of the current master,
+    /// and waits until the nodes have settled (see [`wait_until_settled`](Self::wait_until_settled)).
+    pub fn restart_as_replica(&mut self, port: u16) -> Settled {
         self.master_proxy.block_replication(false);
         let master = self.other_port(port).to_string();
         let node = self
@@ -226,6 +247,73 @@ impl SentinelSet {
             || info_field(port, "replication", "master_link_status").as_deref() == Some("up"),
         );
         self.wait_for_quorum();
+        self.wait_until_settled(Duration::from_secs(60))
+    }
+
+    /// Waits until every sentinel names the same master without finding it down, that node says
+    /// it is the master, the other one replicates from it with its link up, and all of it has
+    /// held for [`SETTLED_FOR`]: until then a failover may still be under way, or follow.
+    pub fn wait_until_settled(&self, timeout: Duration) -> Settled {
+        let start = Instant::now();
+        let mut since: Option<Instant> = None;
+        loop {
+            let settled_master = self.agreed_master().filter(|master| {
+                let other = self.other_port(*master);
+                let role = |port: u16| info_field(port, "replication", "role");
+                role(*master).as_deref() == Some("master")
+                    && role(other).as_deref() == Some("slave")
+                    && info_field(other, "replication", "master_link_status").as_deref()
+                        == Some("up")
+                    && info_field(other, "replication", "master_port") == Some(master.to_string())
+            });
+            match (settled_master, since) {
+                (Some(master), Some(since)) if since.elapsed() >= SETTLED_FOR => {
+                    return Settled {
+                        master,
+                        switches: self.master_switches(),
+                    };
+                }
+                (Some(_), Some(_)) => {}
+                (Some(_), None) => since = Some(Instant::now()),
+                (None, _) => since = None,
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "the Sentinel nodes did not settle within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The master's address (port), if every sentinel names the same one and none finds it down.
+    fn agreed_master(&self) -> Option<u16> {
+        let mut agreed = None;
+        for sentinel in &self.sentinels {
+            let master = query(sentinel.port, &["SENTINEL", "master", SERVICE]).ok()?;
+            if master.field("flags").as_deref() != Some("master") {
+                return None;
+            }
+            let port: u16 = master.field("port")?.parse().ok()?;
+            if agreed.is_some_and(|agreed| agreed != port) {
+                return None;
+            }
+            agreed = Some(port);
+        }
+        agreed
+    }
+
+    /// How many times the sentinels switched the master so far (each failover once), from their
+    /// logs.
+    pub fn master_switches(&self) -> usize {
+        (0..self.sentinels.len())
+            .map(|index| {
+                std::fs::read_to_string(self.dir.join(format!("sentinel-{index}.log")))
+                    .unwrap_or_default()
+                    .matches("+switch-master")
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Waits until the sentinels report the node known as `port` as the master and it has taken

@@ -347,7 +347,7 @@ async fn cluster_failover(test: &str, wait_replicas: u32) {
             "no window is excused with --redis-wait-replicas 1"
         );
     }
-    assert_report(&report, &checker.workload, gc_pauses, 0);
+    assert_report(&report, &checker, test, gc_pauses, 0);
 }
 
 /// Every lease under `prefix`, following the page tokens (at most 100 pages).

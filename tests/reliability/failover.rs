@@ -116,7 +116,7 @@ async fn no_backwards_token_across_a_sentinel_failover() {
     );
     assert!(behind > 0, "no fence counter was behind on the replica");
     assert!(after > 0, "nothing was granted after the failover");
-    assert_report(&report, &checker.workload, gc_pauses, 0);
+    assert_report(&report, &checker, "reliability-sentinel", gc_pauses, 0);
 }
 
 /// Long run (ignored): a Sentinel failover every ~25 s for `LEASED_CHECKER_SECONDS`; the killed
@@ -149,20 +149,22 @@ async fn long_run_repeated_sentinel_failovers() {
         let old_master = sentinels.kill_master();
         sentinels.wait_for_master(sentinels.other_port(old_master), Duration::from_secs(30));
         checker.fault("sentinel_failover", start, true);
-        failovers += 1;
         for replica in &replicas {
             replica.wait_serving().await;
         }
         // Sentinel refuses a new failover of the same master within 2 × failover-timeout.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        sentinels.restart_as_replica(old_master);
+        let settled = sentinels.restart_as_replica(old_master);
+        // Until the nodes settled, a second failover may have lost writes too.
+        checker.fault("sentinel_failover_settling", start, true);
+        failovers = settled.switches;
         next = checker.now() + Duration::from_secs(12);
     }
     until(&checker, run_for).await;
     let gc_pauses = clients.stop(&checker).await;
     let report = checker.verify();
     report.print(&format!("long run, {failovers} Sentinel failovers"));
-    assert_report(&report, &checker.workload, gc_pauses, 0);
+    assert_report(&report, &checker, "reliability-long-sentinel", gc_pauses, 0);
 }
 
 /// How far behind its master the replica is made to lag in the tests of `--redis-wait-replicas`.
@@ -253,8 +255,9 @@ async fn grants_lost_in_a_failover(wait_replicas: u32) -> usize {
 }
 
 /// The checker's load through a Sentinel failover with `--redis-wait-replicas 1`: the replica lags
-/// 100 ms behind, the master is killed, the old master comes back as a replica of the new one.
-/// The failover is not set apart as a data-loss window, yet no two views of a lease overlap, no
+/// 100 ms behind, the master is killed, the old master comes back as a replica of the new one
+/// (and the fault lasts until the nodes settled, a second failover included if the sentinels
+/// make one). The failover is not set apart as a data-loss window, yet no two views of a lease overlap, no
 /// token goes backwards and FIFO holds outside the fault (the same run without WAIT sets its
 /// overlaps apart: `no_backwards_token_across_a_sentinel_failover`).
 ///
@@ -280,12 +283,21 @@ async fn no_overlap_across_a_sentinel_failover_with_wait_replicas() {
     let old_master = sentinels.kill_master();
     let took = sentinels.wait_for_master(sentinels.other_port(old_master), Duration::from_secs(30));
     // The new master has no replica until the old one is back: grants answer UNAVAILABLE.
-    sentinels.restart_as_replica(old_master);
+    // The fault lasts until the nodes settled: on a busy machine the sentinels sometimes fail
+    // over a second time, to the node just restarted, and the one they promoted first takes
+    // writes until they make it a replica (seconds later). Queue entries are not waited for,
+    // so that second failover loses some, and waiters join again in a new order.
+    let settled = sentinels.restart_as_replica(old_master);
     let failover_over = checker.now();
     checker.fault("sentinel_failover_with_wait", start, false);
     println!(
-        "failover took {took:?}; the old master was a replica again {:?} after the kill",
-        failover_over - start
+        "failover took {took:?}; the nodes settled {:?} after the kill, {}",
+        failover_over - start,
+        match (settled.master == old_master, settled.switches) {
+            (false, 1) => "the old master a replica again".to_owned(),
+            (_, switches) =>
+                format!("after {switches} failovers (the sentinels failed over again)"),
+        }
     );
     until(&checker, failover_over + Duration::from_secs(10)).await;
     let gc_pauses = clients.stop(&checker).await;
@@ -303,7 +315,7 @@ async fn no_overlap_across_a_sentinel_failover_with_wait_replicas() {
         report.overlaps_in_data_loss_windows, 0,
         "no window was set apart, so none can hold an overlap"
     );
-    assert_report(&report, &checker.workload, gc_pauses, 0);
+    assert_report(&report, &checker, "reliability-sentinel-wait", gc_pauses, 0);
 }
 
 /// After a failover to a replica that missed the grant of `before` (60 s TTL), the lease is granted

@@ -33,6 +33,7 @@ mod standalone;
 use std::{sync::Arc, time::Duration};
 
 use checker::{Checker, Counting, GcPauses, ReadWrite, Report, Workload};
+use common::log_dir;
 use tokio::{
     sync::{Mutex, MutexGuard},
     task::JoinHandle,
@@ -148,8 +149,19 @@ impl Clients {
 }
 
 /// `min_gc_pauses` of each kind (on exclusive, counting and read-write names) must have
-/// completed.
-fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_gc_pauses: usize) {
+/// completed. With violations, first prints what the servers of `test` (its log directory)
+/// warned of.
+fn assert_report(
+    report: &Report,
+    checker: &Checker,
+    test: &str,
+    gc_pauses: GcPauses,
+    min_gc_pauses: usize,
+) {
+    let workload = &checker.workload;
+    if !report.violations.is_empty() {
+        print_server_warnings(checker, test);
+    }
     println!(
         "GC pauses completed: {} on exclusive names, {} on counting names, {} on read-write names",
         gc_pauses.exclusive, gc_pauses.counting, gc_pauses.read_write
@@ -226,6 +238,49 @@ fn assert_report(report: &Report, workload: &Workload, gc_pauses: GcPauses, min_
         report.violations.len(),
         report.violations[0]
     );
+}
+
+/// The warnings and errors that the servers of `test` logged (its log directory), each on the
+/// checker's clock: CI keeps only a failed test's output, and these tell what the servers saw.
+fn print_server_warnings(checker: &Checker, test: &str) {
+    const MOST_PER_LOG: usize = 150;
+    // The logs stamp UTC (`2026-11-25T07:56:10.157724Z`): compared as seconds of the day.
+    let day = 86_400.0;
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970");
+    let origin = since_epoch.saturating_sub(checker.now()).as_secs_f64() % day;
+    let seconds_of_day = |line: &str| -> Option<f64> {
+        let time = line.get(11..26)?;
+        let mut parts = time.split(':');
+        let hours: f64 = parts.next()?.parse().ok()?;
+        let minutes: f64 = parts.next()?.parse().ok()?;
+        let seconds: f64 = parts.next()?.parse().ok()?;
+        Some(hours * 3600.0 + minutes * 60.0 + seconds)
+    };
+    let Ok(entries) = std::fs::read_dir(log_dir(test)) else {
+        return;
+    };
+    let mut logs: Vec<_> = entries.flatten().map(|entry| entry.path()).collect();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let file = log.file_name().unwrap_or_default().to_string_lossy();
+        println!("-- warnings and errors in {file}, on the checker's clock --");
+        let warnings = text
+            .lines()
+            .filter(|line| line.contains(" WARN leased") || line.contains(" ERROR leased"));
+        for line in warnings.take(MOST_PER_LOG) {
+            match seconds_of_day(line) {
+                Some(at) => {
+                    // Within half a day either way of the origin (a run may cross midnight).
+                    let offset = (at - origin + day + day / 2.0) % day - day / 2.0;
+                    println!("[{offset:7.2}s]{}", &line[27..]);
+                }
+                None => println!("{line}"),
+            }
+        }
+    }
 }
 
 /// Runs `call` until it answers something other than UNAVAILABLE (for up to 20 s).

@@ -258,7 +258,7 @@ async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_
 
     let report = checker.verify();
     report.print("standalone Redis, network, replica faults");
-    assert_report(&report, &checker.workload, gc_pauses, 1);
+    assert_report(&report, &checker, "reliability-standalone", gc_pauses, 1);
 }
 
 /// Long run (ignored): every standalone fault, over and over, for `LEASED_CHECKER_SECONDS`, with
@@ -308,5 +308,11 @@ async fn long_run_standalone_faults() {
 
     let report = checker.verify();
     report.print("long run, standalone faults");
-    assert_report(&report, &checker.workload, gc_pauses, 1);
+    assert_report(
+        &report,
+        &checker,
+        "reliability-long-standalone",
+        gc_pauses,
+        1,
+    );
 }
