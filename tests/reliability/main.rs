@@ -275,7 +275,7 @@ fn print_server_warnings(checker: &Checker, test: &str) {
                 Some(at) => {
                     // Within half a day either way of the origin (a run may cross midnight).
                     let offset = (at - origin + day + day / 2.0) % day - day / 2.0;
-                    println!("[{offset:7.2}s]{}", &line[27..]);
+                    println!("[{offset:7.2}s]{}", line.get(27..).unwrap_or(line));
                 }
                 None => println!("{line}"),
             }

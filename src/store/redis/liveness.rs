@@ -1,7 +1,7 @@
 //! This replica's liveness in Redis: one heartbeat key, renewed twice a second whatever the
 //! number of names it waits on (on a connection of its own, so that no command queued in the
-//! pool, a `WAIT` for replicas above all, can hold it up past the key's TTL), which another replica reads before it takes a stalled queue
-//! entry of this replica for dead (`unstall`). The key vanishes with Redis's data, so its renewal
+//! pool, a `WAIT` for replicas above all, can hold it up past the key's TTL), which another
+//! replica reads before it takes a stalled queue entry of this replica for dead (`unstall`). The key vanishes with Redis's data, so its renewal
 //! is also how this replica learns that Redis lost data (a `FLUSHALL`, a restart without
 //! persistence) or that it was out of Redis's reach for longer than other replicas wait for it:
 //! every waiter and watcher then reads its name again. And on Redis Cluster, how it notices that
