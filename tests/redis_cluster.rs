@@ -12,7 +12,7 @@ use std::{
 
 use common::{
     harness::{
-        cluster::{RedisCluster, key_slot, keys_in_slot, slot_owner},
+        cluster::{RedisCluster, key_slot, keys_in_slot, slot_owner, slot_ranges},
         redis::{Resp, query},
     },
     *,
@@ -194,44 +194,19 @@ async fn read_write_leases_and_own_ids_work_on_a_redis_cluster() {
 /// For each master, a lease name whose slot it serves: `(the master's port, name)`. Slots come
 /// from `CLUSTER KEYSLOT` of the name's lease key and `CLUSTER SLOTS`.
 fn one_name_per_master(ports: &[u16]) -> Vec<(u16, String)> {
-    let Ok(Resp::Array(Some(ranges))) = query(ports[0], &["CLUSTER", "SLOTS"]) else {
-        panic!("CLUSTER SLOTS failed");
-    };
-    // Each range: [first slot, last slot, [ip, port, id] of the master, replicas...].
-    let owners: Vec<(i64, i64, u16)> = ranges
-        .iter()
-        .map(|range| {
-            let Resp::Array(Some(fields)) = range else {
-                panic!("bad CLUSTER SLOTS range {range:?}");
-            };
-            let Resp::Array(Some(master)) = &fields[2] else {
-                panic!("bad CLUSTER SLOTS master {range:?}");
-            };
-            let port = master[1].as_int().expect("a port") as u16;
-            (
-                fields[0].as_int().unwrap(),
-                fields[1].as_int().unwrap(),
-                port,
-            )
-        })
-        .collect();
+    let ranges = slot_ranges(ports[0]).expect("CLUSTER SLOTS failed");
     let mut names: Vec<(u16, String)> = Vec::new();
     for index in 0..1_000 {
         if names.len() == ports.len() {
             break;
         }
         let name = format!("cluster/fair-{index}");
-        let slot = query(
-            ports[0],
-            &["CLUSTER", "KEYSLOT", &format!("leased:{{{name}}}")],
-        )
-        .ok()
-        .and_then(|reply| reply.as_int())
-        .expect("CLUSTER KEYSLOT answers a slot");
-        let (_, _, owner) = *owners
+        let slot = key_slot(ports[0], &format!("leased:{{{name}}}"));
+        let owner = ranges
             .iter()
-            .find(|(first, last, _)| (*first..=*last).contains(&slot))
-            .unwrap_or_else(|| panic!("no master serves slot {slot}"));
+            .find(|range| (range.first..=range.last).contains(&slot))
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+            .master;
         if !names.iter().any(|(port, _)| *port == owner) {
             names.push((owner, name));
         }

@@ -33,7 +33,7 @@ mod standalone;
 use std::{sync::Arc, time::Duration};
 
 use checker::{Checker, Counting, GcPauses, ReadWrite, Report, Workload};
-use common::log_dir;
+use common::{log_dir, now_unix_ms};
 use tokio::{
     sync::{Mutex, MutexGuard},
     task::JoinHandle,
@@ -246,10 +246,7 @@ fn print_server_warnings(checker: &Checker, test: &str) {
     const MOST_PER_LOG: usize = 150;
     // The logs stamp UTC (`2026-11-25T07:56:10.157724Z`): compared as seconds of the day.
     let day = 86_400.0;
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("the clock is after 1970");
-    let origin = since_epoch.saturating_sub(checker.now()).as_secs_f64() % day;
+    let origin = (now_unix_ms() as f64 / 1_000.0 - checker.now().as_secs_f64()) % day;
     let seconds_of_day = |line: &str| -> Option<f64> {
         let time = line.get(11..26)?;
         let mut parts = time.split(':');
