@@ -22,16 +22,43 @@ final class Stack implements AutoCloseable {
     this.dir = dir;
   }
 
+  /**
+   * Starts both on fresh ports, up to three times: a port the OS handed out free can be taken by
+   * another process's connection before redis-server or leased binds it, and then that process
+   * exits at once ("Address already in use"), which is a reason to try other ports, not to fail.
+   */
   static Stack start() throws Exception {
-    Path dir = Files.createTempDirectory("leased-java-");
+    for (int attempt = 1; ; attempt++) {
+      Path dir = Files.createTempDirectory("leased-java-");
+      try {
+        return startIn(dir);
+      } catch (ExitedEarly exited) {
+        if (attempt == 3) {
+          throw new IllegalStateException(exited.getMessage());
+        }
+        System.err.println("retrying on other ports: " + exited.getMessage());
+      }
+    }
+  }
+
+  /** A process of the stack exited before it answered. */
+  private static final class ExitedEarly extends Exception {
+    private static final long serialVersionUID = 1L;
+
+    ExitedEarly(String message) {
+      super(message);
+    }
+  }
+
+  private static Stack startIn(Path dir) throws Exception {
     int redisPort = freePort();
-    int leasedPort = freePort();
     Process redis =
         spawn(
             dir.resolve("redis.log"),
             List.of(
                 "redis-server", "--bind", "127.0.0.1", "--port", String.valueOf(redisPort),
                 "--save", "", "--appendonly", "no", "--dir", dir.toString()));
+    int leasedPort = freePort();
     String leasedBin = System.getenv().getOrDefault("LEASED_BIN", "../../target/debug/leased");
     String target = "127.0.0.1:" + leasedPort;
     Process leased =
@@ -41,6 +68,7 @@ final class Stack implements AutoCloseable {
                 leasedBin, "serve", "--listen", target,
                 "--redis-url", "redis://127.0.0.1:" + redisPort));
     Stack stack = new Stack(target, redis, leased, dir);
+    // Describe answers only once leased is up and has reached Redis.
     try (LeaseClient probe = LeaseClient.forTarget(target)) {
       long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
       while (true) {
@@ -48,14 +76,38 @@ final class Stack implements AutoCloseable {
           probe.describe("java-ready");
           return stack;
         } catch (RuntimeException notYet) {
-          if (!leased.isAlive() || System.nanoTime() > deadline) {
+          boolean exited = !redis.isAlive() || !leased.isAlive();
+          if (exited || System.nanoTime() > deadline) {
+            String why =
+                (exited ? "exited early" : "did not answer within 20 s")
+                    + " ("
+                    + notYet.getMessage()
+                    + ")\n"
+                    + stack.logs();
             stack.close();
-            throw new IllegalStateException("leased did not answer: see " + dir, notYet);
+            if (exited) {
+              throw new ExitedEarly("the stack " + why);
+            }
+            throw new IllegalStateException("leased " + why, notYet);
           }
           Thread.sleep(50);
         }
       }
     }
+  }
+
+  /** Both logs, for a failure message: the directory is removed on close. */
+  private String logs() {
+    StringBuilder text = new StringBuilder();
+    for (String name : List.of("redis.log", "leased.log")) {
+      text.append("--- ").append(name).append('\n');
+      try {
+        text.append(Files.readString(dir.resolve(name)));
+      } catch (IOException unreadable) {
+        text.append(unreadable).append('\n');
+      }
+    }
+    return text.toString();
   }
 
   private static Process spawn(Path log, List<String> command) throws IOException {
