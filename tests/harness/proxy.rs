@@ -55,12 +55,47 @@ pub struct FaultProxy {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Counters, for the test's report.
+/// What the proxy did, so that a test can confirm a fault was injected rather than assume it.
 #[derive(Debug, Default)]
 pub struct ProxyStats {
     pub connections: AtomicUsize,
     pub connections_closed_by_fault: AtomicUsize,
     pub chunks_dropped: AtomicUsize,
+    /// Chunks held back by a [`Fault::Delay`] (not by a replication delay).
+    pub chunks_delayed: AtomicUsize,
+}
+
+/// A snapshot of [`ProxyStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyCounts {
+    pub connections: usize,
+    pub connections_closed_by_fault: usize,
+    pub chunks_dropped: usize,
+    pub chunks_delayed: usize,
+}
+
+impl ProxyStats {
+    pub fn counts(&self) -> ProxyCounts {
+        ProxyCounts {
+            connections: self.connections.load(Ordering::Relaxed),
+            connections_closed_by_fault: self.connections_closed_by_fault.load(Ordering::Relaxed),
+            chunks_dropped: self.chunks_dropped.load(Ordering::Relaxed),
+            chunks_delayed: self.chunks_delayed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl ProxyCounts {
+    /// What happened between `earlier` and this snapshot.
+    pub fn since(&self, earlier: &ProxyCounts) -> ProxyCounts {
+        ProxyCounts {
+            connections: self.connections - earlier.connections,
+            connections_closed_by_fault: self.connections_closed_by_fault
+                - earlier.connections_closed_by_fault,
+            chunks_dropped: self.chunks_dropped - earlier.chunks_dropped,
+            chunks_delayed: self.chunks_delayed - earlier.chunks_delayed,
+        }
+    }
 }
 
 impl FaultProxy {
@@ -346,7 +381,10 @@ async fn pump(
             };
             let release_at = match fault {
                 Fault::Pass => Instant::now() + lag,
-                Fault::Delay(delay) => Instant::now() + delay + lag,
+                Fault::Delay(delay) => {
+                    stats.chunks_delayed.fetch_add(1, Ordering::Relaxed);
+                    Instant::now() + delay + lag
+                }
                 Fault::BlackHole => {
                     broken.store(true, Ordering::SeqCst);
                     stats.chunks_dropped.fetch_add(1, Ordering::Relaxed);

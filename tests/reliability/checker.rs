@@ -66,7 +66,7 @@ mod clients;
 mod verify;
 
 pub use clients::{GcPauses, run_client, run_gc_pauses, until};
-pub use verify::Report;
+pub use verify::{Report, first_answers};
 
 use std::{
     sync::{
@@ -81,6 +81,12 @@ use tonic::Code;
 /// How much two holders' intervals may overlap before it counts: all timestamps come from one
 /// monotonic clock, so this only absorbs Redis's millisecond expiry resolution.
 pub const CLOCK_SLACK: Duration = Duration::from_millis(10);
+
+/// How long past `--redis-timeout` the answer to a call may take to reach the client: the gRPC
+/// round trip and the scheduling of some 40 clients and 3 servers on two busy cores. A server that
+/// waited for Redis past its timeout (a stall of 3 s, a black hole until it ends) overruns it by
+/// a second or more.
+pub const FAILURE_MARGIN: Duration = Duration::from_millis(500);
 
 /// What the clients do.
 #[derive(Clone, Debug)]
@@ -103,6 +109,9 @@ pub struct Workload {
     /// Run the GC-pause holder alongside the clients.
     pub gc_pauses: bool,
     pub seed: u64,
+    /// The replicas' `--redis-timeout`: a call sent while a [`Stalled`] fault lasted must be
+    /// answered within it (plus [`FAILURE_MARGIN`]), `UNAVAILABLE` if it failed.
+    pub redis_timeout: Duration,
 }
 
 /// Counting leases: `clients` more clients contend for `names` more names, each a counting lease
@@ -222,6 +231,8 @@ pub enum Event {
     },
     Renewed {
         lease: usize,
+        /// Which `leased` replica answered.
+        replica: usize,
         sent: Duration,
         received: Duration,
         ttl: Duration,
@@ -248,9 +259,37 @@ pub enum Event {
         lease: usize,
         lost: bool,
     },
+    /// A call that failed: the server's (or the transport's) status, or the client giving up on
+    /// its own.
     Failed {
         rpc: &'static str,
         code: Code,
+        /// The replica the call went to, when it was sent and when it failed.
+        replica: usize,
+        sent: Duration,
+        ended: Duration,
+        /// The client stopped waiting on its own (a renewal answered after the holder's view
+        /// ended, a stream that did not open in time): `code` is the client's, not an answer.
+        gave_up: bool,
+        /// An Acquire answered `waiting` before it failed: its first answer is its
+        /// [`Event::Waited`]'s `queued`.
+        after_waiting: bool,
+    },
+    /// An Acquire answered `not_granted` without waiting (a waiting one's is in
+    /// [`Event::Waited`]).
+    NotGranted {
+        replica: usize,
+        sent: Duration,
+        received: Duration,
+    },
+    /// The GC-pause holder's name was granted again after its paused lease expired: the next
+    /// holder's token must be above the paused one, or a fenced resource would take the paused
+    /// holder's stale write.
+    TakenOverAfterPause {
+        lease: usize,
+        name: usize,
+        paused_token: u64,
+        next_token: u64,
     },
     /// What a `waiting` or `not_granted` reported of the name's permits.
     Occupancy {
@@ -289,13 +328,38 @@ pub enum WaitOutcome {
 }
 
 /// A fault the test injected, on the checker's clock.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct FaultRecord {
     pub kind: &'static str,
     pub start: Duration,
     pub end: Duration,
     /// Redis lost data (restart without persistence, failover to a lagging replica).
     pub data_loss: bool,
+    /// Which replicas' Redis calls went unanswered past `--redis-timeout`.
+    pub stalled: Stalled,
+}
+
+/// The replicas that a fault kept from getting Redis's answers within `--redis-timeout` (Redis
+/// stopped, a black hole, a cut link, every link slower than the timeout): each call sent to them
+/// while it lasted must be answered within the timeout (plus [`FAILURE_MARGIN`]), and if it
+/// failed, with `UNAVAILABLE`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Stalled {
+    /// Not such a fault: calls may fail otherwise (a cut link, a killed replica) or not at all.
+    #[default]
+    No,
+    Replicas(Vec<usize>),
+    All,
+}
+
+impl Stalled {
+    pub fn includes(&self, replica: usize) -> bool {
+        match self {
+            Stalled::No => false,
+            Stalled::Replicas(replicas) => replicas.contains(&replica),
+            Stalled::All => true,
+        }
+    }
 }
 
 /// A resource that keeps the highest token per name and rejects lower ones; every write is
@@ -356,6 +420,18 @@ impl Checker {
 
     /// Records a fault that lasted from `start` to now.
     pub fn fault(&self, kind: &'static str, start: Duration, data_loss: bool) {
+        self.stalling_fault(kind, start, data_loss, Stalled::No);
+    }
+
+    /// Records a fault that lasted from `start` to now and kept the `stalled` replicas from
+    /// Redis's answers.
+    pub fn stalling_fault(
+        &self,
+        kind: &'static str,
+        start: Duration,
+        data_loss: bool,
+        stalled: Stalled,
+    ) {
         let end = self.now();
         println!(
             "[{:>6.2}s] fault {kind} ({:.2}s){}",
@@ -368,6 +444,7 @@ impl Checker {
             start,
             end,
             data_loss,
+            stalled,
         });
     }
 
@@ -414,27 +491,30 @@ impl Checker {
         self.resource.highest.lock().unwrap()[name]
     }
 
-    /// Whether an Acquire of `name` sent at or after `since` has been granted.
-    fn granted_since(&self, name: usize, since: Duration) -> bool {
+    /// The token of the first grant of `name` whose Acquire was sent at or after `since`, if
+    /// there was one.
+    pub fn first_grant_since(&self, name: usize, since: Duration) -> Option<u64> {
         let events = self.events.lock().unwrap();
+        let mut first = None;
         // Recent events are at the end: look back a few seconds past `since`, no further.
         for event in events.iter().rev() {
             if let Event::Granted {
                 name: granted,
+                token,
                 sent,
                 received,
                 ..
             } = *event
             {
                 if granted == name && sent >= since {
-                    return true;
+                    first = Some(token);
                 }
                 if received + Duration::from_secs(5) < since {
-                    return false;
+                    break;
                 }
             }
         }
-        false
+        first
     }
 
     /// Events of the whole run, in recording order.

@@ -47,6 +47,7 @@ fn checker_flags_seeded_violations() {
         write(0, 0, 100, 10, true),
         Event::Renewed {
             lease: 0,
+            replica: 0,
             sent: ms(150),
             received: ms(160),
             ttl: ms(500),
@@ -70,6 +71,7 @@ fn checker_flags_seeded_violations() {
         write(0, 0, 100, 10, true),
         Event::Renewed {
             lease: 0,
+            replica: 0,
             sent: ms(150),
             received: ms(160),
             ttl: ms(500),
@@ -115,6 +117,7 @@ fn checker_flags_seeded_violations() {
         start: ms(100),
         end: ms(120),
         data_loss: true,
+        ..Default::default()
     });
     for event in [granted(0, 0, 100, 0, 5), granted(1, 0, 200, 200, 210)] {
         lost_data.record(event);
@@ -122,6 +125,195 @@ fn checker_flags_seeded_violations() {
     let report = lost_data.verify();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.overlaps_in_data_loss_windows, 1);
+}
+
+/// The checks nobody would otherwise see fail: a paused holder renewed after its TTL passed, a
+/// token granted twice, a paused holder's stale write accepted, a name taken over after a pause
+/// with a token not above the paused one, calls answered INTERNAL, INVALID_ARGUMENT or CANCELLED
+/// (a deadline passed on the server), and calls that a stalled Redis made fail answering late or
+/// not UNAVAILABLE. The same record's allowed failures (UNAVAILABLE within the timeout, a client
+/// that stopped waiting on its own, a slow failure outside the stall) are not flagged.
+#[test]
+fn checker_flags_seeded_pause_token_and_failure_violations() {
+    use crate::checker::{Event, FaultRecord, Stalled, WaitOutcome};
+    use tonic::Code;
+    let ms = Duration::from_millis;
+    let workload = Workload {
+        clients: 0,
+        names: 2,
+        gc_pauses: false,
+        redis_timeout: ms(1_000),
+        ..ci_workload()
+    };
+    let granted = |lease, name, token, sent, received| Event::Granted {
+        lease,
+        client: 0,
+        replica: 0,
+        name,
+        token,
+        ttl: ms(300),
+        sent: ms(sent),
+        received: ms(received),
+        shared: false,
+        waited: false,
+    };
+    let failed = |rpc, code, replica, sent, ended, gave_up| Event::Failed {
+        rpc,
+        code,
+        replica,
+        sent: ms(sent),
+        ended: ms(ended),
+        gave_up,
+        after_waiting: false,
+    };
+    let waited = |replica, sent, queued, ended| Event::Waited {
+        client: 1,
+        replica,
+        name: 1,
+        shared: false,
+        sent: ms(sent),
+        wait: ms(5_000),
+        queued: ms(queued),
+        position: 1,
+        ended: ms(ended),
+        outcome: WaitOutcome::NotGranted,
+    };
+    // Redis stalled for replica 1 from 10 s to 13 s.
+    let stall = FaultRecord {
+        kind: "net_black_hole",
+        start: ms(10_000),
+        end: ms(13_000),
+        stalled: Stalled::Replicas(vec![1]),
+        ..Default::default()
+    };
+    let allowed = [
+        // UNAVAILABLE within the timeout + margin, from the stalled replica.
+        failed("Acquire", Code::Unavailable, 1, 10_100, 11_400, false),
+        // A client that stopped waiting on its own: not an answer.
+        failed("Renew", Code::DeadlineExceeded, 1, 10_200, 10_500, true),
+        // Another replica, not stalled: slow, but not held to the stall's bound.
+        failed("Acquire", Code::Unavailable, 0, 10_100, 14_000, false),
+        // Sent after the stall ended.
+        failed("Release", Code::Unavailable, 1, 13_100, 16_000, false),
+        // Told `waiting` within the bound, then waited its 5 s out.
+        waited(1, 12_500, 13_010, 17_500),
+    ];
+
+    let clean = Checker::new(workload.clone(), "failures-clean");
+    clean.record_fault(stall.clone());
+    for event in [
+        granted(0, 0, 100, 0, 5),
+        granted(1, 0, 101, 400, 405),
+        Event::TakenOverAfterPause {
+            lease: 0,
+            name: 0,
+            paused_token: 100,
+            next_token: 101,
+        },
+        Event::RenewAfterPause {
+            lease: 0,
+            lost: true,
+        },
+    ]
+    .into_iter()
+    .chain(allowed.clone())
+    {
+        clean.record(event);
+    }
+    let report = clean.verify();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let checked = report.stalled_calls["net_black_hole"];
+    assert_eq!(
+        (checked.calls, checked.failed, checked.longest),
+        (2, 1, ms(1_300))
+    );
+    assert_eq!(report.takeovers_checked, 1);
+    assert_eq!(report.gave_up["Renew"], 1);
+
+    let broken = Checker::new(workload, "failures-broken");
+    broken.record_fault(stall);
+    for event in [
+        // Name 0: the paused lease 0 renewed after lease 1 (a waiter that asked before lease 0
+        // was granted, so the token order check cannot see it) took the name over, with a token
+        // below lease 0's.
+        granted(0, 0, 100, 0, 5),
+        granted(1, 0, 99, 3, 405),
+        Event::TakenOverAfterPause {
+            lease: 0,
+            name: 0,
+            paused_token: 100,
+            next_token: 99,
+        },
+        Event::RenewAfterPause {
+            lease: 0,
+            lost: false,
+        },
+        // Name 1: token 200 granted twice (the views apart, each asked before the other was
+        // granted: neither an overlap nor a backwards token), and the paused holder's stale
+        // write accepted.
+        granted(2, 1, 200, 1_000, 1_005),
+        granted(3, 1, 201, 1_400, 1_405),
+        granted(4, 1, 200, 1_003, 2_005),
+        Event::Write {
+            lease: 3,
+            name: 1,
+            token: 201,
+            at: ms(1_410),
+            accepted: true,
+            stale_on_purpose: false,
+        },
+        Event::Write {
+            lease: 2,
+            name: 1,
+            token: 200,
+            at: ms(1_420),
+            accepted: true,
+            stale_on_purpose: true,
+        },
+        failed("Acquire", Code::Internal, 0, 3_000, 3_001, false),
+        failed("Acquire", Code::InvalidArgument, 0, 3_000, 3_001, false),
+        failed("Acquire", Code::Cancelled, 0, 3_000, 8_000, false),
+        // From the stalled replica: a failure and a `waiting` held until Redis came back, and
+        // a failure with another code than UNAVAILABLE.
+        failed("Acquire", Code::Unavailable, 1, 10_100, 13_050, false),
+        waited(1, 10_200, 13_010, 14_000),
+        failed("Renew", Code::Unknown, 1, 11_000, 11_200, false),
+    ]
+    .into_iter()
+    .chain(allowed)
+    {
+        broken.record(event);
+    }
+    let report = broken.verify();
+    let found = |what: &str| {
+        report
+            .violations
+            .iter()
+            .filter(|violation| violation.contains(what))
+            .count()
+    };
+    let expected = [
+        "granted again with token 99 after the GC-paused lease 0",
+        "renewed after its TTL passed",
+        "token 200 granted twice",
+        "the GC-paused holder's stale token 200 was accepted",
+        "write with stale token 200 accepted after 201",
+        "answered Internal",
+        "answered InvalidArgument",
+        "failed Cancelled at 8s: no answer before the call's deadline",
+        "sent at 10.1s during net_black_hole (10s..13s), first answered after 2.95s",
+        "sent at 10.2s during net_black_hole (10s..13s), first answered after 2.81s",
+        "failed Unknown: a stalled Redis must make calls answer UNAVAILABLE",
+    ];
+    for what in expected {
+        assert_eq!(found(what), 1, "{what}: {:#?}", report.violations);
+    }
+    assert_eq!(
+        report.violations.len(),
+        expected.len(),
+        "{:#?}",
+        report.violations
+    );
 }
 
 /// FIFO: a waiter overtaken by a later caller (granted with a smaller token, or before the
@@ -189,12 +381,14 @@ fn checker_flags_seeded_overtakes() {
         start: ms(0),
         end: ms(5_000),
         data_loss: false,
+        ..Default::default()
     });
     broken.record_fault(FaultRecord {
         kind: "net_cut",
         start: ms(2_000),
         end: ms(2_100),
         data_loss: false,
+        ..Default::default()
     });
     for event in [
         // Name 0: Y1 asked after X1 was queued and got a smaller token: an overtake.
@@ -319,6 +513,11 @@ fn checker_flags_seeded_counting_violations() {
         Event::Failed {
             rpc: "Acquire",
             code: tonic::Code::FailedPrecondition,
+            replica: 0,
+            sent: ms(40),
+            ended: ms(41),
+            gave_up: false,
+            after_waiting: false,
         },
     ]) {
         broken.record(event);
@@ -548,6 +747,7 @@ fn checker_flags_seeded_mode_overlaps() {
         start: ms(90),
         end: ms(95),
         data_loss: true,
+        ..Default::default()
     });
     for event in shared_together
         .into_iter()

@@ -3,27 +3,31 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use crate::checker::{self, Checker, Counting, ReadWrite, Workload, until};
+use crate::checker::{self, Checker, Counting, ReadWrite, Report, Stalled, Workload, until};
 use crate::common::{
-    proxy::{Fault, FaultProxy},
+    proxy::{Fault, FaultProxy, ProxyCounts},
     *,
 };
 use crate::{
-    COUNTING_LIMIT, SHARED_PERCENT, assert_report, ci_workload, long_run_seconds, one_at_a_time,
-    start_clients,
+    COUNTING_LIMIT, REDIS_TIMEOUT, SHARED_PERCENT, assert_report, ci_workload, long_run_seconds,
+    one_at_a_time, start_clients,
 };
 
 /// Puts `fault` on the links of `proxies` during `window` on the checker's clock, then lets the
-/// traffic pass again and records the fault as `kind`.
+/// traffic pass again and records the fault as `kind`, stalling the `stalled` replicas. Asserts
+/// that every proxy injected it: delayed, dropped or cut something (a proxy that silently passed
+/// the traffic would make the fault prove nothing).
 async fn link_fault(
     checker: &Checker,
     proxies: &[FaultProxy],
     fault: Fault,
     window: std::ops::Range<Duration>,
     kind: &'static str,
+    stalled: Stalled,
 ) {
     until(checker, window.start).await;
     let start = checker.now();
+    let before: Vec<ProxyCounts> = proxies.iter().map(|proxy| proxy.stats().counts()).collect();
     for proxy in proxies {
         proxy.set(fault);
     }
@@ -31,7 +35,22 @@ async fn link_fault(
     for proxy in proxies {
         proxy.set(Fault::Pass);
     }
-    checker.fault(kind, start, false);
+    checker.stalling_fault(kind, start, false, stalled);
+    for (proxy, before) in proxies.iter().zip(before) {
+        let injected = proxy.stats().counts().since(&before);
+        let felt = match fault {
+            Fault::Delay(_) => injected.chunks_delayed,
+            Fault::BlackHole => injected.chunks_dropped,
+            Fault::Cut => injected.connections_closed_by_fault,
+            Fault::Pass => continue,
+        };
+        println!("{kind}: proxy {} injected {injected:?}", proxy.port);
+        assert!(
+            felt > 0,
+            "{kind}: the proxy on port {} injected nothing ({injected:?})",
+            proxy.port
+        );
+    }
 }
 
 /// Redis, and `replicas` `leased` processes each reaching it through its own fault proxy.
@@ -109,6 +128,7 @@ async fn spawn_replica(
     let log = log_dir(test).join(format!("leased-{index}.log"));
     let mut serve = LeasedProcess::serve()
         .redis(&proxy.redis_url())
+        .redis_timeout(&format!("{}ms", REDIS_TIMEOUT.as_millis()))
         .args(["--drain-grace", "2s"])
         .log(Log::File(log));
     if let Some(address) = address {
@@ -129,14 +149,39 @@ async fn standalone_fault_pass(
 
     let proxies = &topology.proxies;
     let link = |index: usize| std::slice::from_ref(&proxies[index % replicas]);
-    // 1. Latency on one replica's link, below the Redis timeout.
-    let slow = Fault::Delay(Duration::from_millis(300));
-    link_fault(checker, link(0), slow, at(3.0)..at(6.0), "net_delay_300ms").await;
+    let only = |index: usize| Stalled::Replicas(vec![index % replicas]);
+    // 1. Latency on one replica's link, below the Redis timeout: calls are slower, none fails.
+    let slow = Fault::Delay(SLOW_LINK);
+    link_fault(
+        checker,
+        link(0),
+        slow,
+        at(3.0)..at(6.0),
+        "net_delay_300ms",
+        Stalled::No,
+    )
+    .await;
     // 2. A black hole on another replica's link.
     let hole = Fault::BlackHole;
-    link_fault(checker, link(1), hole, at(7.0)..at(10.0), "net_black_hole").await;
+    link_fault(
+        checker,
+        link(1),
+        hole,
+        at(7.0)..at(10.0),
+        "net_black_hole",
+        only(1),
+    )
+    .await;
     // 3. A cut link: connections closed and refused.
-    link_fault(checker, link(2), Fault::Cut, at(11.0)..at(14.0), "net_cut").await;
+    link_fault(
+        checker,
+        link(2),
+        Fault::Cut,
+        at(11.0)..at(14.0),
+        "net_cut",
+        only(2),
+    )
+    .await;
     // 4. Every link slower than the Redis timeout: every outcome is unknown to leased.
     let slower = Fault::Delay(Duration::from_millis(1_500));
     link_fault(
@@ -145,6 +190,7 @@ async fn standalone_fault_pass(
         slower,
         at(15.0)..at(17.0),
         "net_delay_1500ms_all",
+        Stalled::All,
     )
     .await;
 
@@ -154,7 +200,7 @@ async fn standalone_fault_pass(
     topology.redis.pause();
     until(checker, at(21.0)).await;
     topology.redis.resume();
-    checker.fault("redis_sigstop_3s", start, false);
+    checker.stalling_fault("redis_sigstop_3s", start, false, Stalled::All);
 
     // 6. The busiest replica of the last 2 s killed; its clients continue through another one.
     until(checker, at(23.0)).await;
@@ -183,7 +229,7 @@ async fn standalone_fault_pass(
     until(checker, at(26.0)).await;
     let start = checker.now();
     topology.redis.restart();
-    checker.fault("redis_restart_empty", start, true);
+    checker.stalling_fault("redis_restart_empty", start, true, Stalled::All);
 
     until(checker, at(32.0)).await;
     if topology.replicas[victim].is_none() {
@@ -198,15 +244,29 @@ struct ReplicaKill {
     at: Duration,
 }
 
+/// What became of the clients of a killed replica.
+struct MovedOn {
+    /// Clients granted a lease through it in the 5 s before the kill: each was granted again
+    /// through another replica.
+    clients: usize,
+    /// Leases held through it at the kill (their last grant or renewal answered by it, their
+    /// holder's view still running), and how many of them were renewed through another replica
+    /// afterwards (with the same token: the clients assert it) or answered `lost`.
+    held: usize,
+    renewed_elsewhere: usize,
+    lost: usize,
+}
+
 /// Every client that was granted a lease through the killed replica in the 5 s before the kill
-/// was granted again afterwards, through another replica. Returns how many such clients there
-/// were.
-fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> usize {
-    let grants: Vec<(usize, usize, Duration)> = checker
-        .events()
-        .into_iter()
-        .filter_map(|event| match event {
-            checker::Event::Granted {
+/// was granted again afterwards, through another replica; and the leases held through it at the
+/// kill went on being renewed through another one.
+fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> MovedOn {
+    use checker::Event;
+    let events = checker.events();
+    let grants: Vec<(usize, usize, Duration)> = events
+        .iter()
+        .filter_map(|event| match *event {
+            Event::Granted {
                 client,
                 replica,
                 received,
@@ -234,7 +294,126 @@ fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> usize {
             kill.replica
         );
     }
-    on_victim.len()
+
+    // Each lease's last answer before the kill (which replica, and until when its holder's view
+    // ran), then what its holder heard after it.
+    let mut last_before: std::collections::HashMap<usize, (usize, Duration)> = Default::default();
+    for event in &events {
+        match *event {
+            Event::Granted {
+                lease,
+                client,
+                replica,
+                sent,
+                received,
+                ttl,
+                ..
+            } if client != usize::MAX && received < kill.at => {
+                last_before.insert(lease, (replica, sent + ttl));
+            }
+            Event::Renewed {
+                lease,
+                replica,
+                sent,
+                received,
+                ttl,
+            } if received < kill.at => {
+                if let Some(last) = last_before.get_mut(&lease) {
+                    *last = (replica, sent + ttl);
+                }
+            }
+            _ => {}
+        }
+    }
+    let held: std::collections::HashSet<usize> = last_before
+        .iter()
+        .filter(|(_, (replica, expiry))| *replica == kill.replica && *expiry > kill.at)
+        .map(|(lease, _)| *lease)
+        .collect();
+    let mut renewed_elsewhere = std::collections::HashSet::new();
+    let mut lost = std::collections::HashSet::new();
+    for event in &events {
+        match *event {
+            Event::Renewed {
+                lease,
+                replica,
+                received,
+                ..
+            } if held.contains(&lease) && replica != kill.replica && received > kill.at => {
+                renewed_elsewhere.insert(lease);
+            }
+            Event::Lost { lease, received } if held.contains(&lease) && received > kill.at => {
+                lost.insert(lease);
+            }
+            _ => {}
+        }
+    }
+    MovedOn {
+        clients: on_victim.len(),
+        held: held.len(),
+        renewed_elsewhere: renewed_elsewhere.len(),
+        lost: lost.len(),
+    }
+}
+
+/// The latency that `net_delay_300ms` puts on one replica's link.
+const SLOW_LINK: Duration = Duration::from_millis(300);
+
+/// Every fault was felt by the calls, not only injected by the proxy: each fault that stalls Redis
+/// made calls fail (the checker holds every call sent while it lasted to an answer within the
+/// timeout, `UNAVAILABLE` if it failed), and while the slow link lasted, every call through its
+/// replica took at least its latency there and back to its first answer (each needs Redis).
+fn assert_faults_felt(checker: &Checker, report: &Report) {
+    for kind in [
+        "net_black_hole",
+        "net_cut",
+        "net_delay_1500ms_all",
+        "redis_sigstop_3s",
+    ] {
+        let checked = report.stalled_calls.get(kind).copied().unwrap_or_default();
+        assert!(
+            checked.failed > 0,
+            "{kind}: no call sent while it lasted failed ({checked:?}): the fault was not felt"
+        );
+    }
+    let slow: Vec<(Duration, Duration)> = checker
+        .faults()
+        .iter()
+        .filter(|fault| fault.kind == "net_delay_300ms")
+        .map(|fault| (fault.start, fault.end))
+        .collect();
+    // Sent through replica 0 while its link was slow, early enough for the trip to Redis and back
+    // to be over before the link was fast again.
+    let mut took: Vec<Duration> = checker::first_answers(&checker.events())
+        .into_iter()
+        .filter(|call| {
+            call.replica == 0
+                && slow
+                    .iter()
+                    .any(|(start, end)| call.sent >= *start && call.sent + 2 * SLOW_LINK <= *end)
+        })
+        .map(|call| call.answered - call.sent)
+        .collect();
+    took.sort();
+    assert!(
+        !took.is_empty(),
+        "no call through the slow link's replica was answered while it was slow"
+    );
+    println!(
+        "net_delay_300ms: {} calls through the slow replica first answered after {:?} (fastest), \
+         {:?} (median)",
+        took.len(),
+        took[0],
+        took[took.len() / 2]
+    );
+    // Both ways: the request to Redis and its answer.
+    assert!(
+        took[0] >= 2 * SLOW_LINK,
+        "a call through the slow link's replica was answered in {:?}, under the link's latency \
+         there and back ({:?}): the delay was not felt",
+        took[0],
+        2 * SLOW_LINK
+    );
 }
 
 /// The CI run: 16 clients on 4 names, 12 clients on 2 counting names of limit 3 and 12 clients on
@@ -251,13 +430,19 @@ async fn no_double_grant_and_no_backwards_token_under_redis_network_and_replica_
     topology.assert_recovered().await;
     let moved = assert_clients_moved_on(&checker, &kill);
     println!(
-        "{moved} clients were using the replica killed at {:?}; each was granted again through another",
-        kill.at
+        "{} clients were using the replica killed at {:?}; each was granted again through \
+         another. {} leases were held through it: {} renewed through another replica, {} lost",
+        moved.clients, kill.at, moved.held, moved.renewed_elsewhere, moved.lost
     );
-    assert!(moved > 0, "no client was using the killed replica");
+    assert!(moved.clients > 0, "no client was using the killed replica");
+    assert!(
+        moved.renewed_elsewhere > 0,
+        "no lease held through the killed replica was renewed through another"
+    );
 
     let report = checker.verify();
     report.print("standalone Redis, network, replica faults");
+    assert_faults_felt(&checker, &report);
     assert_report(&report, &checker, "reliability-standalone", gc_pauses, 1);
 }
 
@@ -297,17 +482,28 @@ async fn long_run_standalone_faults() {
     until(&checker, run_for).await;
     let gc_pauses = clients.stop(&checker).await;
     topology.assert_recovered().await;
-    let moved: usize = kills
+    let moved: Vec<MovedOn> = kills
         .iter()
         .map(|kill| assert_clients_moved_on(&checker, kill))
-        .sum();
+        .collect();
+    let sum = |of: fn(&MovedOn) -> usize| moved.iter().map(of).sum::<usize>();
     println!(
-        "{} replica kills; {moved} clients were using a killed replica and moved on",
-        kills.len()
+        "{} replica kills; {} clients were using a killed replica and moved on; {} leases held \
+         through one: {} renewed through another replica, {} lost",
+        kills.len(),
+        sum(|moved| moved.clients),
+        sum(|moved| moved.held),
+        sum(|moved| moved.renewed_elsewhere),
+        sum(|moved| moved.lost)
+    );
+    assert!(
+        sum(|moved| moved.renewed_elsewhere) > 0,
+        "no lease held through a killed replica was renewed through another"
     );
 
     let report = checker.verify();
     report.print("long run, standalone faults");
+    assert_faults_felt(&checker, &report);
     assert_report(
         &report,
         &checker,

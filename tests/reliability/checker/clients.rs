@@ -151,6 +151,7 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
     let occupancy = |held, limit| Event::Occupancy { name, held, limit };
     // The first `waiting`: when it arrived, and the position it reported.
     let mut queued: Option<(Duration, u32)> = None;
+    let replica = client.current;
     let call = async {
         let mut stream = client.grpc().acquire(request).await?.into_inner();
         while let Some(message) = stream.next().await {
@@ -160,6 +161,13 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
                 }
                 Some(acquire_response::Result::NotGranted(busy)) => {
                     checker.record(occupancy(busy.held, busy.limit));
+                    if queued.is_none() {
+                        checker.record(Event::NotGranted {
+                            replica,
+                            sent,
+                            received: checker.now(),
+                        });
+                    }
                     return Ok(None);
                 }
                 Some(acquire_response::Result::Waiting(waiting)) => {
@@ -227,6 +235,11 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
             checker.record(Event::Failed {
                 rpc: "Acquire",
                 code: status.code(),
+                replica: client.current,
+                sent,
+                ended: checker.now(),
+                gave_up: false,
+                after_waiting: queued.is_some(),
             });
             client.next_replica();
             // UNAVAILABLE is allowed under faults: back off a little and retry.
@@ -304,10 +317,16 @@ async fn hold(
         lease_id: held.lease_id.clone(),
     });
     request.set_timeout(Duration::from_secs(3));
+    let sent = checker.now();
     if let Err(status) = client.grpc().release(request).await {
         checker.record(Event::Failed {
             rpc: "Release",
             code: status.code(),
+            replica: client.current,
+            sent,
+            ended: checker.now(),
+            gave_up: false,
+            after_waiting: false,
         });
         client.next_replica();
     }
@@ -327,14 +346,28 @@ async fn renew(
     renewals: &mut Option<Renewals>,
     held: &Held,
 ) -> RenewResult {
-    let failed = |checker: &Checker, code: Code| {
-        checker.record(Event::Failed { rpc: "Renew", code });
+    let replica = client.current;
+    let failed = |checker: &Checker, code: Code, sent: Duration, gave_up: bool| {
+        checker.record(Event::Failed {
+            rpc: "Renew",
+            code,
+            replica,
+            sent,
+            ended: checker.now(),
+            gave_up,
+            after_waiting: false,
+        });
         RenewResult::Failed
     };
     if renewals.is_none() {
+        let opening = checker.now();
         match open_renewals(client).await {
             Ok(opened) => *renewals = Some(opened),
-            Err(status) => return failed(checker, status.code()),
+            Err(status) => {
+                // `open_renewals` stops waiting after 2 s on its own.
+                let gave_up = status.code() == Code::DeadlineExceeded;
+                return failed(checker, status.code(), opening, gave_up);
+            }
         }
     }
     let stream = renewals.as_mut().unwrap();
@@ -345,7 +378,7 @@ async fn renew(
         ttl_ms: 0,
     };
     if stream.requests.send(request).await.is_err() {
-        return failed(checker, Code::Unavailable);
+        return failed(checker, Code::Unavailable, sent, false);
     }
     // Past the holder's expiry the answer no longer matters: give up and drop the stream.
     let patience = held.expiry.saturating_sub(sent) + Duration::from_millis(1);
@@ -358,6 +391,7 @@ async fn renew(
                 assert_eq!(renewed.fencing_token, held.token, "renew changed the token");
                 checker.record(Event::Renewed {
                     lease: held.lease,
+                    replica,
                     sent,
                     received,
                     ttl,
@@ -371,11 +405,12 @@ async fn renew(
                 });
                 RenewResult::Lost
             }
-            None => failed(checker, Code::Internal),
+            None => failed(checker, Code::Internal, sent, false),
         },
-        Ok(Some(Err(status))) => failed(checker, status.code()),
-        Ok(None) => failed(checker, Code::Unavailable),
-        Err(_) => failed(checker, Code::DeadlineExceeded),
+        Ok(Some(Err(status))) => failed(checker, status.code(), sent, false),
+        Ok(None) => failed(checker, Code::Unavailable, sent, false),
+        // The holder's view ended first: the client stopped waiting, the server did not answer.
+        Err(_) => failed(checker, Code::DeadlineExceeded, sent, true),
     }
 }
 
@@ -392,10 +427,12 @@ pub struct GcPauses {
 
 /// The GC-pause holder, taking every name in turn: takes a lease (a permit, on a counting name;
 /// an exclusive grant, on a read-write name) and stops renewing it (a stop-the-world pause) past
-/// its TTL. On an exclusive or read-write name, once another client has taken the lease and
-/// written, it writes with its old token (the resource must reject it); on a counting name, once
-/// its TTL has passed and another caller has been granted the name since. Then it renews: the
-/// answer must be `lost`.
+/// its TTL, until another caller has been granted the name since it expired. The token of that
+/// grant is recorded ([`Event::TakenOverAfterPause`]): it must be above the paused one. On an
+/// exclusive or read-write name it then writes with its old token once the resource has seen the
+/// newer one (the resource refuses it only if the server's tokens did increase: the resource is
+/// the test's, the order of the tokens is the server's). Then it renews: the answer must be
+/// `lost`.
 pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcPauses {
     let mut client = Client::new(usize::MAX, &endpoints, 0);
     let mut completed = GcPauses::default();
@@ -419,29 +456,38 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcP
         // Once the run stops, nobody new takes the name: waiting out `give_up` would only make
         // the run end up to 10 s later.
         let waiting = |at: Duration| at < give_up && !checker.stopped();
-        if counting {
-            // The pause: no renewal. Its permit was granted before `paused_at`, so on the
-            // server it has expired by `expired`; wait until someone was granted the name after
-            // that (a permit, maybe this one, went to another holder).
-            let expired = paused_at + ttl + CLOCK_SLACK;
-            until(&checker, expired).await;
-            while !checker.granted_since(name, expired) && waiting(checker.now()) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            if !checker.granted_since(name, expired) {
-                continue; // nobody was granted it (a fault was in the way); try again
-            }
-        } else {
+        if !counting {
             let expiry = held.expiry;
             checker.write(held.lease, name, held.token, false, |at| at < expiry);
-            // The pause: no renewal. Wait until someone else holds the lease and has written.
-            while checker.highest_written(name) <= held.token && waiting(checker.now()) {
+        }
+        // The pause: no renewal. The lease was granted before `paused_at`, so on the server it
+        // has expired by `expired`; wait until someone was granted the name after that.
+        let expired = paused_at + ttl + CLOCK_SLACK;
+        until(&checker, expired).await;
+        let mut next = checker.first_grant_since(name, expired);
+        while next.is_none() && waiting(checker.now()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            next = checker.first_grant_since(name, expired);
+        }
+        let Some(next_token) = next else {
+            continue; // nobody was granted it (a fault was in the way); try again
+        };
+        checker.record(Event::TakenOverAfterPause {
+            lease: held.lease,
+            name,
+            paused_token: held.token,
+            next_token,
+        });
+        if !counting {
+            // The next holder writes at once if it holds the name exclusively; a shared one does
+            // not write, and then a later exclusive holder will.
+            while checker.highest_written(name) < next_token && waiting(checker.now()) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            if checker.highest_written(name) <= held.token {
-                continue; // nobody took it (a fault was in the way); try again
+            if checker.highest_written(name) < next_token {
+                continue; // nobody wrote since (a fault was in the way); try again
             }
-            // Waking up: the old token is refused...
+            // Waking up: the old token must be refused...
             checker.write(held.lease, name, held.token, true, |_| true);
         }
         // ...and the next renewal says the lease is gone.

@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use super::{CLOCK_SLACK, Checker, Event, FaultRecord, WaitOutcome};
+use super::{CLOCK_SLACK, Checker, Event, FAILURE_MARGIN, FaultRecord, WaitOutcome};
 use tonic::Code;
 
 /// One holder's lease as it saw it.
@@ -44,6 +44,82 @@ pub struct ModePairs {
     pub shared_then_shared_unprovable: usize,
 }
 
+/// The calls sent to a stalled replica during one kind of [`Stalled`] fault.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StalledCalls {
+    pub calls: usize,
+    /// Those whose first answer was a failure.
+    pub failed: usize,
+    /// The longest time to a first answer.
+    pub longest: Duration,
+}
+
+/// When a call got its first answer (a `waiting`, a terminal message, a renewal's answer, or a
+/// failure), and whether that answer was a failure.
+pub struct FirstAnswer {
+    pub rpc: &'static str,
+    pub replica: usize,
+    pub sent: Duration,
+    pub answered: Duration,
+    pub failed: Option<Code>,
+}
+
+/// The first answers in the record, of every call that recorded its send time: Acquires
+/// (granted without waiting, answered `waiting`, `not_granted` without waiting, or failed
+/// before any `waiting`), renewals, and failed releases. Calls the client gave up on were not
+/// answered.
+pub fn first_answers(events: &[Event]) -> Vec<FirstAnswer> {
+    let answer = |rpc, replica, sent, answered| FirstAnswer {
+        rpc,
+        replica,
+        sent,
+        answered,
+        failed: None,
+    };
+    events
+        .iter()
+        .filter_map(|event| match *event {
+            Event::Granted {
+                replica,
+                sent,
+                received,
+                waited: false,
+                ..
+            } => Some(answer("Acquire", replica, sent, received)),
+            Event::Waited {
+                replica,
+                sent,
+                queued: received,
+                ..
+            }
+            | Event::NotGranted {
+                replica,
+                sent,
+                received,
+            } => Some(answer("Acquire", replica, sent, received)),
+            Event::Renewed {
+                replica,
+                sent,
+                received,
+                ..
+            } => Some(answer("Renew", replica, sent, received)),
+            Event::Failed {
+                rpc,
+                code,
+                replica,
+                sent,
+                ended,
+                gave_up: false,
+                after_waiting: false,
+            } => Some(FirstAnswer {
+                failed: Some(code),
+                ..answer(rpc, replica, sent, ended)
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What [`Checker::verify`] found.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -53,7 +129,16 @@ pub struct Report {
     pub writes_accepted: usize,
     pub writes_rejected: usize,
     pub failures: BTreeMap<String, usize>,
+    /// Calls the client stopped waiting for on its own (not answers), by RPC.
+    pub gave_up: BTreeMap<&'static str, usize>,
     pub faults: BTreeMap<&'static str, usize>,
+    /// Per kind of [`Stalled`] fault: the calls sent to a stalled replica while it lasted, each
+    /// checked to be answered within `--redis-timeout` plus [`FAILURE_MARGIN`] (`UNAVAILABLE`, if
+    /// it failed).
+    pub stalled_calls: BTreeMap<&'static str, StalledCalls>,
+    /// GC pauses whose name was granted again after the paused lease expired: each next token
+    /// checked to be above the paused one.
+    pub takeovers_checked: usize,
     pub overlaps_in_data_loss_windows: usize,
     pub stale_writes_rejected: usize,
     /// Grants of counting names, and the most holders' views of one counting name that
@@ -104,6 +189,23 @@ impl Report {
         );
         println!("faults injected: {:?}", self.faults);
         println!("failed calls (allowed under faults): {:?}", self.failures);
+        println!("calls the client stopped waiting for: {:?}", self.gave_up);
+        let stalled: Vec<String> = self
+            .stalled_calls
+            .iter()
+            .map(|(kind, checked)| {
+                format!(
+                    "{kind}: {} calls ({} failed), longest {:?}",
+                    checked.calls, checked.failed, checked.longest
+                )
+            })
+            .collect();
+        println!(
+            "calls sent while Redis stalled (answered within the timeout + {FAILURE_MARGIN:?}, \
+             failures UNAVAILABLE): {}; takeovers after a GC pause with a larger token: {}",
+            stalled.join("; "),
+            self.takeovers_checked
+        );
         println!(
             "stale writes rejected: {}; overlaps inside data-loss windows (allowed): {}",
             self.stale_writes_rejected, self.overlaps_in_data_loss_windows
@@ -220,6 +322,7 @@ impl Checker {
                     sent,
                     received,
                     ttl,
+                    ..
                 } => {
                     report.renewals += 1;
                     if let Some(lease) = leases.get_mut(lease) {
@@ -237,7 +340,19 @@ impl Checker {
                         lease.release.get_or_insert(*at);
                     }
                 }
-                Event::Failed { rpc, code } => {
+                Event::Failed {
+                    rpc,
+                    code,
+                    replica,
+                    sent,
+                    ended,
+                    gave_up,
+                    ..
+                } => {
+                    if *gave_up {
+                        *report.gave_up.entry(rpc).or_default() += 1;
+                        continue;
+                    }
                     *report
                         .failures
                         .entry(format!("{rpc} {code:?}"))
@@ -246,9 +361,34 @@ impl Checker {
                         code,
                         Code::Internal | Code::InvalidArgument | Code::FailedPrecondition
                     ) {
-                        report
-                            .violations
-                            .push(format!("{rpc} answered {code:?}: never expected"));
+                        report.violations.push(format!(
+                            "{rpc} to replica {replica} answered {code:?} at {ended:?}: never \
+                             expected"
+                        ));
+                    }
+                    // tonic answers CANCELLED when a call's deadline passes on the server; the
+                    // client's own timeout comes a second after that deadline.
+                    if matches!(code, Code::DeadlineExceeded | Code::Cancelled) {
+                        report.violations.push(format!(
+                            "{rpc} to replica {replica}, sent at {sent:?}, failed {code:?} at \
+                             {ended:?}: no answer before the call's deadline"
+                        ));
+                    }
+                }
+                Event::TakenOverAfterPause {
+                    lease,
+                    name,
+                    paused_token,
+                    next_token,
+                } => {
+                    report.takeovers_checked += 1;
+                    if next_token <= paused_token {
+                        report.violations.push(format!(
+                            "{}: granted again with token {next_token} after the GC-paused lease \
+                             {lease} (token {paused_token}) expired: a fenced resource would take \
+                             the paused holder's stale write",
+                            self.names[*name]
+                        ));
                     }
                 }
                 Event::RenewAfterPause { lease, lost } => {
@@ -279,7 +419,7 @@ impl Checker {
                         ));
                     }
                 }
-                Event::Write { .. } | Event::Waited { .. } => {}
+                Event::Write { .. } | Event::Waited { .. } | Event::NotGranted { .. } => {}
             }
         }
         report.grants = leases.len();
@@ -405,6 +545,7 @@ impl Checker {
         }
 
         self.verify_fifo(&events, &faults, &intervals, &mut report);
+        self.verify_stalls(&events, &faults, &mut report);
 
         // Fencing, in the resource's own order.
         let mut highest = vec![0u64; self.workload.all_names()];
@@ -454,6 +595,45 @@ impl Checker {
             }
         }
         report
+    }
+
+    /// Each call sent to a replica while a [`Stalled`] fault kept it from Redis's answers must
+    /// have had its first answer within `--redis-timeout` plus [`FAILURE_MARGIN`], and if that
+    /// answer was a failure, `UNAVAILABLE` (guarantee 4): not held until Redis came back, nor until
+    /// the client's deadline.
+    fn verify_stalls(&self, events: &[Event], faults: &[FaultRecord], report: &mut Report) {
+        let bound = self.workload.redis_timeout + FAILURE_MARGIN;
+        for call in first_answers(events) {
+            for fault in faults {
+                if !fault.stalled.includes(call.replica)
+                    || call.sent < fault.start
+                    || call.sent > fault.end
+                {
+                    continue;
+                }
+                let took = call.answered.saturating_sub(call.sent);
+                let checked = report.stalled_calls.entry(fault.kind).or_default();
+                checked.calls += 1;
+                checked.longest = checked.longest.max(took);
+                if let Some(code) = call.failed {
+                    checked.failed += 1;
+                    if code != Code::Unavailable {
+                        report.violations.push(format!(
+                            "{} to replica {}, sent at {:?} during {} ({:?}..{:?}), failed \
+                             {code:?}: a stalled Redis must make calls answer UNAVAILABLE",
+                            call.rpc, call.replica, call.sent, fault.kind, fault.start, fault.end
+                        ));
+                    }
+                }
+                if took > bound {
+                    report.violations.push(format!(
+                        "{} to replica {}, sent at {:?} during {} ({:?}..{:?}), first answered \
+                         after {took:?}: a stalled Redis must not hold a call past {bound:?}",
+                        call.rpc, call.replica, call.sent, fault.kind, fault.start, fault.end
+                    ));
+                }
+            }
+        }
     }
 
     /// The views of read-write name `name` (`list`, sorted by start): an exclusive view overlaps
