@@ -275,6 +275,13 @@ pub enum Event {
         /// [`Event::Waited`]'s `queued`.
         after_waiting: bool,
     },
+    /// Another call that was answered (the test's probes of a stalled replica).
+    Answered {
+        rpc: &'static str,
+        replica: usize,
+        sent: Duration,
+        received: Duration,
+    },
     /// An Acquire answered `not_granted` without waiting (a waiting one's is in
     /// [`Event::Waited`]).
     NotGranted {

@@ -23,7 +23,7 @@ async fn link_fault(
     fault: Fault,
     window: std::ops::Range<Duration>,
     kind: &'static str,
-    stalled: Stalled,
+    (stalled, endpoints): (Stalled, &[String]),
 ) {
     until(checker, window.start).await;
     let start = checker.now();
@@ -31,6 +31,7 @@ async fn link_fault(
     for proxy in proxies {
         proxy.set(fault);
     }
+    probe(checker, endpoints, &stalled, window.end).await;
     until(checker, window.end).await;
     for proxy in proxies {
         proxy.set(Fault::Pass);
@@ -51,6 +52,56 @@ async fn link_fault(
             proxy.port
         );
     }
+}
+
+/// How often [`probe`] calls a stalled replica.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Describes a name through each of the `stalled` replicas, one call after another every
+/// [`PROBE_EVERY`], from now until `end` on the checker's clock, and records each call: every
+/// stalling fault meets calls even when no client happens to be on its replica (a client moves
+/// on at its first failure), and the checker holds each to the stall's bound.
+async fn probe(checker: &Checker, endpoints: &[String], stalled: &Stalled, end: Duration) {
+    use checker::Event;
+    use leased::proto::{DescribeRequest, lease_service_client::LeaseServiceClient};
+    let probes = endpoints
+        .iter()
+        .enumerate()
+        .filter(|(replica, _)| stalled.includes(*replica))
+        .map(|(replica, endpoint)| async move {
+            let channel = tonic::transport::Channel::from_shared(endpoint.clone())
+                .unwrap()
+                .connect_lazy();
+            let mut client = LeaseServiceClient::new(channel);
+            while checker.now() < end {
+                let sent = checker.now();
+                let mut request = tonic::Request::new(DescribeRequest {
+                    name: checker.names[0].clone(),
+                });
+                request.set_timeout(Duration::from_secs(5));
+                let answer = client.describe(request).await;
+                let ended = checker.now();
+                checker.record(match answer {
+                    Ok(_) => Event::Answered {
+                        rpc: "Describe",
+                        replica,
+                        sent,
+                        received: ended,
+                    },
+                    Err(status) => Event::Failed {
+                        rpc: "Describe",
+                        code: status.code(),
+                        replica,
+                        sent,
+                        ended,
+                        gave_up: false,
+                        after_waiting: false,
+                    },
+                });
+                until(checker, (sent + PROBE_EVERY).min(end)).await;
+            }
+        });
+    futures::future::join_all(probes).await;
 }
 
 /// Redis, and `replicas` `leased` processes each reaching it through its own fault proxy.
@@ -146,6 +197,7 @@ async fn standalone_fault_pass(
 ) -> ReplicaKill {
     let at = |seconds: f64| offset + Duration::from_secs_f64(seconds);
     let replicas = topology.proxies.len();
+    let endpoints = &topology.endpoints();
 
     let proxies = &topology.proxies;
     let link = |index: usize| std::slice::from_ref(&proxies[index % replicas]);
@@ -158,7 +210,7 @@ async fn standalone_fault_pass(
         slow,
         at(3.0)..at(6.0),
         "net_delay_300ms",
-        Stalled::No,
+        (Stalled::No, endpoints),
     )
     .await;
     // 2. A black hole on another replica's link.
@@ -169,7 +221,7 @@ async fn standalone_fault_pass(
         hole,
         at(7.0)..at(10.0),
         "net_black_hole",
-        only(1),
+        (only(1), endpoints),
     )
     .await;
     // 3. A cut link: connections closed and refused.
@@ -179,7 +231,7 @@ async fn standalone_fault_pass(
         Fault::Cut,
         at(11.0)..at(14.0),
         "net_cut",
-        only(2),
+        (only(2), endpoints),
     )
     .await;
     // 4. Every link slower than the Redis timeout: every outcome is unknown to leased.
@@ -190,7 +242,7 @@ async fn standalone_fault_pass(
         slower,
         at(15.0)..at(17.0),
         "net_delay_1500ms_all",
-        Stalled::All,
+        (Stalled::All, endpoints),
     )
     .await;
 
@@ -198,6 +250,7 @@ async fn standalone_fault_pass(
     until(checker, at(18.0)).await;
     let start = checker.now();
     topology.redis.pause();
+    probe(checker, endpoints, &Stalled::All, at(21.0)).await;
     until(checker, at(21.0)).await;
     topology.redis.resume();
     checker.stalling_fault("redis_sigstop_3s", start, false, Stalled::All);

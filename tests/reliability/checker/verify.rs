@@ -66,8 +66,8 @@ pub struct FirstAnswer {
 
 /// The first answers in the record, of every call that recorded its send time: Acquires
 /// (granted without waiting, answered `waiting`, `not_granted` without waiting, or failed
-/// before any `waiting`), renewals, and failed releases. Calls the client gave up on were not
-/// answered.
+/// before any `waiting`), renewals, failed releases and the test's probes. Calls the client gave
+/// up on were not answered.
 pub fn first_answers(events: &[Event]) -> Vec<FirstAnswer> {
     let answer = |rpc, replica, sent, answered| FirstAnswer {
         rpc,
@@ -103,6 +103,12 @@ pub fn first_answers(events: &[Event]) -> Vec<FirstAnswer> {
                 received,
                 ..
             } => Some(answer("Renew", replica, sent, received)),
+            Event::Answered {
+                rpc,
+                replica,
+                sent,
+                received,
+            } => Some(answer(rpc, replica, sent, received)),
             Event::Failed {
                 rpc,
                 code,
@@ -419,7 +425,10 @@ impl Checker {
                         ));
                     }
                 }
-                Event::Write { .. } | Event::Waited { .. } | Event::NotGranted { .. } => {}
+                Event::Write { .. }
+                | Event::Waited { .. }
+                | Event::NotGranted { .. }
+                | Event::Answered { .. } => {}
             }
         }
         report.grants = leases.len();
