@@ -304,7 +304,9 @@ func TestBadInputIsInvalidArgument(t *testing.T) {
 
 // A caller that gives up its wait just as the holder releases must not be left holding the
 // lease: the server may grant it before it hears of the cancellation, and never releases a grant
-// made with the caller's own lease id on its own. The client cancels, then releases its id.
+// made with the caller's own lease id on its own. The client cancels, then releases its id. The
+// race must have been hit (a grant ended by the give-up's Release, as OnGiveUp reports it) in at
+// least minRacesHit tries, or "nothing left held" would show nothing.
 func TestGiveUpRacingAReleaseLeavesNothingHeld(t *testing.T) {
 	counts := giveUpRace(t, "go-race", 100, 10)
 	t.Logf("give-up race, %d tries: %d grants ended by the give-up's Release, %d granted before the give-up, %d left held",
@@ -312,7 +314,16 @@ func TestGiveUpRacingAReleaseLeavesNothingHeld(t *testing.T) {
 	if counts.leftHeld > 0 {
 		t.Errorf("%d of %d leases were left held by a caller that gave up", counts.leftHeld, counts.tries)
 	}
+	if counts.releasedByGiveUp < minRacesHit {
+		t.Errorf("only %d of %d give-ups hit the race (a grant ended by the give-up's Release; at least %d expected): "+
+			"nothing left held shows nothing", counts.releasedByGiveUp, counts.tries, minRacesHit)
+	}
 }
+
+// minRacesHit is how many of the 100 tries of TestGiveUpRacingAReleaseLeavesNothingHeld must hit
+// the race: 21 to 47 did in 22 runs on a loaded 2-core machine, so 5 cannot fail by chance; a
+// test whose give-ups never race the release finds 0.
+const minRacesHit = 5
 
 // The control: the same race with a client that cancels and does not release, which shows that
 // the Release is needed. LEASED_GO_NO_RELEASE=1 runs it.
