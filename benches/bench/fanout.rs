@@ -284,6 +284,11 @@ async fn steady_load(
     };
     let watchers = sizes.watchers;
     let growth_mib = peak.saturating_sub(rss_start) as f64 / (1024.0 * 1024.0);
+    // The last event's delivery after the last cycle, when every watcher got every event.
+    let drained_ms = match drained {
+        Some(after) if short == 0 => Some(after.saturating_sub(cycling).as_secs_f64() * 1000.0),
+        _ => None,
+    };
     Ok(Row::new(
         "watch_load",
         &samples,
@@ -292,12 +297,9 @@ async fn steady_load(
              cycle) with {watchers} watchers of the name: {} events to each, {}; server RSS \
              peak {:.1} MB (+{growth_mib:.1} MB){}",
             expected,
-            match drained {
-                Some(after) if short == 0 => format!(
-                    "all delivered {:.0} ms after the last cycle",
-                    after.saturating_sub(cycling).as_secs_f64() * 1000.0
-                ),
-                _ => format!("{short} watchers short (the least got {least})"),
+            match drained_ms {
+                Some(ms) => format!("all delivered {ms:.0} ms after the last cycle"),
+                None => format!("{short} watchers short (the least got {least})"),
             },
             peak as f64 / 1e6,
             lagged_note(lagged),
@@ -309,7 +311,12 @@ async fn steady_load(
     .with("watchers_short", short)
     .with("lagged_snapshots", lagged)
     .with("server_rss_start_bytes", rss_start)
-    .with("server_rss_peak_bytes", peak))
+    .with("server_rss_peak_bytes", peak)
+    .with("server_rss_growth_mib", round3(growth_mib))
+    .with(
+        "delivered_after_last_cycle_ms",
+        drained_ms.map(|ms| ms.round()),
+    ))
 }
 
 fn lagged_note(lagged: usize) -> String {

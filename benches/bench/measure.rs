@@ -351,3 +351,143 @@ impl Row {
         object
     }
 }
+
+/// Two workloads measured in turns on the same processes, so that a drift of the machine's speed
+/// (other processes, thermal) weighs on both alike: `around` runs first and last, `between` in
+/// between (`around` 0, `between` 0, `around` 1, ..., `between` n-1, `around` n). Each turn of
+/// `between` is compared with the mean of the two `around` rounds on either side of it, so a
+/// steady drift cancels out of each turn's ratio; the ratio quoted is the median of the turns'.
+#[derive(Debug, Default)]
+pub struct Turns {
+    /// `rounds + 1` measurements.
+    pub around: Vec<Samples>,
+    /// `rounds` measurements.
+    pub between: Vec<Samples>,
+}
+
+/// Runs `around` and `between` in turns, `rounds` turns of `between` (see [`Turns`]); each closure
+/// is given the round's index.
+pub async fn in_turns<A, B, FA, FB>(
+    rounds: u32,
+    mut around: FA,
+    mut between: FB,
+) -> BenchResult<Turns>
+where
+    FA: FnMut(u32) -> A,
+    A: Future<Output = BenchResult<Samples>>,
+    FB: FnMut(u32) -> B,
+    B: Future<Output = BenchResult<Samples>>,
+{
+    let mut turns = Turns::default();
+    for round in 0..=rounds {
+        turns.around.push(around(round).await?);
+        if round < rounds {
+            turns.between.push(between(round).await?);
+        }
+    }
+    Ok(turns)
+}
+
+/// [`closed_loop`] on workers kept in `slot` from one round to the next (open streams, sessions):
+/// takes them out, runs them for `budget`, puts them back.
+pub async fn closed_loop_kept<W: Worker>(
+    slot: &tokio::sync::Mutex<Vec<W>>,
+    budget: Budget,
+) -> BenchResult<Samples> {
+    let mut kept = slot.lock().await;
+    let (samples, workers) = closed_loop(std::mem::take(&mut *kept), budget).await?;
+    *kept = workers;
+    Ok(samples)
+}
+
+/// Which side of a ratio measured in [`Turns`] ran around the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Around {
+    Numerator,
+    Denominator,
+}
+
+/// A throughput ratio measured in [`Turns`]: `numerator / denominator` ops/s, per turn and their
+/// median.
+#[derive(Clone, Debug)]
+pub struct TurnRatio {
+    pub numerator: String,
+    pub denominator: String,
+    pub by_turn: Vec<f64>,
+    pub median: f64,
+    pub numerator_ops_per_s_by_round: Vec<f64>,
+    pub denominator_ops_per_s_by_round: Vec<f64>,
+}
+
+impl Turns {
+    /// The ratio of `numerator` to `denominator`, one of which ran `around` the other.
+    pub fn ratio(&self, numerator: &str, denominator: &str, around: Around) -> TurnRatio {
+        let rate =
+            |parts: &[Samples]| -> Vec<f64> { parts.iter().map(Samples::ops_per_s).collect() };
+        let (around_rates, between_rates) = (rate(&self.around), rate(&self.between));
+        let by_turn: Vec<f64> = between_rates
+            .iter()
+            .enumerate()
+            .map(|(turn, between)| {
+                let bracket = (around_rates[turn] + around_rates[turn + 1]) / 2.0;
+                let ratio = match around {
+                    Around::Numerator => bracket / between,
+                    Around::Denominator => between / bracket,
+                };
+                round3(ratio)
+            })
+            .collect();
+        let rounded = |rates: Vec<f64>| rates.into_iter().map(f64::round).collect::<Vec<_>>();
+        let (numerator_rates, denominator_rates) = match around {
+            Around::Numerator => (rounded(around_rates), rounded(between_rates)),
+            Around::Denominator => (rounded(between_rates), rounded(around_rates)),
+        };
+        TurnRatio {
+            numerator: numerator.to_owned(),
+            denominator: denominator.to_owned(),
+            median: round3(median(&by_turn)),
+            by_turn,
+            numerator_ops_per_s_by_round: numerator_rates,
+            denominator_ops_per_s_by_round: denominator_rates,
+        }
+    }
+}
+
+impl TurnRatio {
+    /// `0.41 (median of 5 turns: 0.40, 0.41, ...)`.
+    pub fn text(&self) -> String {
+        let turns: Vec<String> = self.by_turn.iter().map(|r| format!("{r:.2}")).collect();
+        format!(
+            "{:.2} (median of {} turns: {})",
+            self.median,
+            self.by_turn.len(),
+            turns.join(", ")
+        )
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "numerator": self.numerator,
+            "denominator": self.denominator,
+            "by_turn": self.by_turn,
+            "median": self.median,
+            "numerator_ops_per_s_by_round": self.numerator_ops_per_s_by_round,
+            "denominator_ops_per_s_by_round": self.denominator_ops_per_s_by_round,
+        })
+    }
+}
+
+/// The median (the mean of the middle two of an even count); NaN for none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}

@@ -29,39 +29,34 @@ pub(crate) fn measured<'a>(rows: &'a [Row], prefix: &str) -> Vec<&'a Row> {
 
 pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
     let mut targets = Vec::new();
-    let mut ratio_target = |name, numerator: &str, denominator: &str, goal: f64| {
-        let (measured, text) = match (find(rows, numerator), find(rows, denominator)) {
-            (Some(n), Some(d)) => {
-                let ratio = n.ops_per_s / d.ops_per_s;
-                let text = format!("{ratio:.2} ({:.0} / {:.0} ops/s)", n.ops_per_s, d.ops_per_s);
-                (Some(ratio), text)
-            }
-            _ => (None, "not measured".to_owned()),
-        };
+    // Each ratio comes from the two sides measured in turns within one scenario, on the row that
+    // ran between the other's rounds (`in_turns`: each turn's ratio and their median), never from
+    // two rows measured minutes apart.
+    let mut turn_target = |name, row: &str, goal: f64| {
+        let in_turns = find(rows, row).and_then(|row| row.extra.get("in_turns"));
+        let median = in_turns.and_then(|ratio| ratio.get("median")?.as_f64());
         targets.push(Target {
             name,
-            measured,
-            text,
-            met: measured.map(|ratio| ratio >= goal),
+            measured: median,
+            text: in_turns.map_or("not measured".into(), turn_text),
+            met: median.map(|ratio| ratio >= goal),
         });
     };
-    ratio_target(
+    turn_target(
         "grpc_cycle@64 ≥ 0.5 × redis_direct@64",
-        "grpc_cycle@64",
         "redis_direct@64",
         0.5,
     );
-    ratio_target(
+    turn_target(
         "grpc_renew ≥ 0.5 × redis_direct_renew@64",
-        "grpc_renew",
         "redis_direct_renew@64",
         0.5,
     );
-    ratio_target(
-        "grpc_cycle@64 ≥ 2 × etcd_lock@64",
-        "grpc_cycle@64",
-        "etcd_lock@64",
-        2.0,
+    turn_target("grpc_cycle@64 ≥ 2 × etcd_lock@64", "etcd_lock@64", 2.0);
+    turn_target(
+        "semaphore_cycle@64 (limit 8) ≥ 0.75 × grpc_cycle@64",
+        "semaphore_cycle@64",
+        0.75,
     );
     // The server's CPU per acquire + release, as the row's CPU column reports it.
     for (name, row, budget_us) in [
@@ -89,25 +84,6 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
             met: cpu.map(|us| us <= budget_us),
         });
     }
-    // Against the exclusive cycles measured in turns with it, not the `grpc_cycle@64` row.
-    let semaphore = find(rows, "semaphore_cycle@64").and_then(|row| {
-        let exclusive = row.extra.get("grpc_cycle_ops_per_s")?.as_f64()?;
-        Some((row.ops_per_s, exclusive))
-    });
-    let ratio = semaphore.map(|(counting, exclusive)| counting / exclusive);
-    targets.push(Target {
-        name: "semaphore_cycle@64 (limit 8) ≥ 0.75 × grpc_cycle@64",
-        measured: ratio,
-        text: match semaphore {
-            Some((counting, exclusive)) => format!(
-                "{:.2} ({counting:.0} / {exclusive:.0} ops/s, grpc_cycle@64 measured in turns \
-                 with it)",
-                counting / exclusive
-            ),
-            None => "not measured".to_owned(),
-        },
-        met: ratio.map(|ratio| ratio >= 0.75),
-    });
     let handoff = find(rows, "handoff@1");
     for (name, quantile, goal) in [
         ("handoff@1 p50 ≤ 1 ms", handoff.map(|row| row.p50_ms), 1.0),
@@ -197,32 +173,65 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
     targets
 }
 
-/// Ratios to Redis itself and to the peers, for the report.
+/// `0.41 (grpc_cycle@64 / redis_direct@64, median of 5 turns: 0.40, 0.41, ...)` from a row's
+/// `in_turns`.
+fn turn_text(in_turns: &Value) -> String {
+    let text = |key: &str| in_turns.get(key).and_then(Value::as_str).unwrap_or("?");
+    let by_turn: Vec<String> = in_turns
+        .get("by_turn")
+        .and_then(Value::as_array)
+        .map(|turns| {
+            turns
+                .iter()
+                .filter_map(Value::as_f64)
+                .map(|ratio| format!("{ratio:.2}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{:.2} ({} / {}, median of {} turns: {})",
+        in_turns
+            .get("median")
+            .and_then(Value::as_f64)
+            .unwrap_or(f64::NAN),
+        text("numerator"),
+        text("denominator"),
+        by_turn.len(),
+        by_turn.join(", ")
+    )
+}
+
+/// The throughput ratios measured in turns, for the report: each row's `in_turns` median, the
+/// durable configurations' ratios to `wait0`, and `rw_cycle`'s. Ratios of two rows measured
+/// minutes apart are left out: a machine whose speed drifts between scenarios skews them.
 fn ratios(rows: &[Row]) -> serde_json::Map<String, Value> {
     let mut ratios = serde_json::Map::new();
-    let throughput = [
-        ("grpc_cycle@64", "redis_direct@64"),
-        ("grpc_cycle@16", "redis_direct@16"),
-        ("grpc_cycle@1", "redis_direct@1"),
-        ("grpc_renew", "redis_direct_renew@64"),
-        ("grpc_cycle_memory@64", "grpc_cycle@64"),
-        ("grpc_cycle_wait1@64", "grpc_cycle_wait0@64"),
-        ("grpc_cycle_wait1_pool16@64", "grpc_cycle_wait0@64"),
-        ("grpc_renew_wait1", "grpc_renew_wait0"),
-        ("grpc_renew_wait1_pool16", "grpc_renew_wait0"),
-        ("semaphore_cycle@64", "grpc_cycle@64"),
-        ("grpc_cycle@64", "etcd_lock@64"),
-        ("grpc_cycle@16", "redis_py_lock@16"),
-        ("grpc_cycle@64", "redis_benchmark_setnx@64"),
-        ("held_scale", "grpc_cycle@64"),
-    ];
-    for (numerator, denominator) in throughput {
-        if let (Some(n), Some(d)) = (find(rows, numerator), find(rows, denominator)) {
-            let ratio = n.ops_per_s / d.ops_per_s;
+    for row in rows.iter().filter(|row| row.error.is_none()) {
+        if let Some(in_turns) = row.extra.get("in_turns") {
+            let text = |key: &str| in_turns.get(key).and_then(Value::as_str).unwrap_or("?");
             ratios.insert(
-                format!("{numerator} / {denominator} ops_per_s"),
-                json!((ratio * 1000.0).round() / 1000.0),
+                format!(
+                    "{} / {} ops_per_s (in turns, median)",
+                    text("numerator"),
+                    text("denominator")
+                ),
+                in_turns.get("median").cloned().unwrap_or(Value::Null),
             );
+        }
+        if let (Some(ratio), true) = (
+            row.extra.get("ratio_to_baseline"),
+            row.name.contains("_wait"),
+        ) {
+            let baseline = match row.name.starts_with("grpc_renew") {
+                true => "grpc_renew_wait0",
+                false => "grpc_cycle_wait0@64",
+            };
+            if row.name != baseline {
+                ratios.insert(
+                    format!("{} / {baseline} ops_per_s (in turns)", row.name),
+                    ratio.clone(),
+                );
+            }
         }
     }
     // Against the exclusive cycles measured in turns with it: grants, and Redis's CPU per grant.
@@ -244,14 +253,6 @@ fn ratios(rows: &[Row]) -> serde_json::Map<String, Value> {
             );
         }
     }
-    for peer in ["redis_py_lock_handoff@1", "etcd_lock_handoff@1"] {
-        if let (Some(ours), Some(theirs)) = (find(rows, "handoff@1"), find(rows, peer)) {
-            ratios.insert(
-                format!("{peer} / handoff@1 p50_ms"),
-                json!((theirs.p50_ms / ours.p50_ms * 10.0).round() / 10.0),
-            );
-        }
-    }
     ratios
 }
 
@@ -269,6 +270,8 @@ fn environment(run: &Run) -> Value {
         "redis_server": run.redis.info_field("server", "redis_version"),
         "etcd": version("etcd", &["--version"]),
         "leased": env!("CARGO_PKG_VERSION"),
+        // The commit measured (`-dirty`: with changes not committed), for the docs' provenance.
+        "commit": version("git", &["describe", "--always", "--dirty", "--abbrev=12"]),
         "grpc_connections": run.channels.len(),
         "redis_pool_size": run.args.redis_pool_size,
         "server": "release leased binary as a child process, with the settings of \
@@ -286,8 +289,20 @@ pub(crate) fn report(
     targets: &[Target],
     elapsed: Duration,
 ) -> BenchResult<Value> {
+    let mut tables = serde_json::Map::new();
+    tables.insert("scenarios".into(), json!(scenario_table(rows)?));
+    tables.insert("targets".into(), json!(target_table(targets)?));
+    if let Some(table) = crate::idle::table(rows) {
+        tables.insert("idle_waiting".into(), json!(table));
+    }
+    if let Some(table) = crate::redis_calls::table(rows) {
+        tables.insert("redis_calls".into(), json!(table));
+    }
     Ok(json!({
         "quick": run.args.quick,
+        // What ran: `--only`, `--callers` and `--seconds` make a partial report.
+        "only": run.args.only,
+        "callers": run.args.callers,
         "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
         "environment": environment(run),
         "scenarios": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
@@ -298,7 +313,55 @@ pub(crate) fn report(
             "text": t.text,
             "met": t.met,
         })).collect::<Vec<_>>(),
+        // The Markdown tables printed below, as `scripts/bench_tables.py` puts them in the docs.
+        "tables": tables,
     }))
+}
+
+/// Every row: `| scenario | ops/s | p50 ms | p99 ms | CPU µs per op | notes |`.
+fn scenario_table(rows: &[Row]) -> BenchResult<String> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "| scenario | ops/s | p50 ms | p99 ms | CPU µs per op | notes |"
+    )?;
+    writeln!(out, "|---|--:|--:|--:|---|---|")?;
+    for row in rows {
+        let ms = |value: f64| match value.is_finite() {
+            true => format!("{value:.3}"),
+            false => "-".to_owned(),
+        };
+        match &row.error {
+            Some(error) => writeln!(out, "| {} | FAILED | | | | {error} |", row.name)?,
+            None => writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} |",
+                row.name,
+                thousands(row.ops_per_s),
+                ms(row.p50_ms),
+                ms(row.p99_ms),
+                row.cpu_text(),
+                row.note
+            )?,
+        }
+    }
+    Ok(out)
+}
+
+/// `| target | measured | met |`.
+fn target_table(targets: &[Target]) -> BenchResult<String> {
+    let mut out = String::new();
+    writeln!(out, "| target | measured | met |")?;
+    writeln!(out, "|---|---|---|")?;
+    for target in targets {
+        let met = match target.met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        writeln!(out, "| {} | {} | {met} |", target.name, target.text)?;
+    }
+    Ok(out)
 }
 
 pub(crate) fn tables(
@@ -315,26 +378,7 @@ pub(crate) fn tables(
         if run.args.quick { "--quick" } else { "full" },
         elapsed.as_secs_f64()
     )?;
-    writeln!(
-        out,
-        "| scenario | ops/s | p50 ms | p99 ms | CPU µs per op | notes |"
-    )?;
-    writeln!(out, "|---|--:|--:|--:|---|---|")?;
-    for row in rows {
-        match &row.error {
-            Some(error) => writeln!(out, "| {} | FAILED | | | | {error} |", row.name)?,
-            None => writeln!(
-                out,
-                "| {} | {} | {:.3} | {:.3} | {} | {} |",
-                row.name,
-                thousands(row.ops_per_s),
-                row.p50_ms,
-                row.p99_ms,
-                row.cpu_text(),
-                row.note
-            )?,
-        }
-    }
+    write!(out, "{}", scenario_table(rows)?)?;
     if let Some(table) = crate::idle::table(rows) {
         writeln!(
             out,
@@ -348,16 +392,8 @@ pub(crate) fn tables(
             "\nRedis calls per operation (INFO commandstats, scripts' commands included)\n\n{table}"
         )?;
     }
-    writeln!(out, "\n| target | measured | met |")?;
-    writeln!(out, "|---|---|---|")?;
-    for target in targets {
-        let met = match target.met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "n/a",
-        };
-        writeln!(out, "| {} | {} | {met} |", target.name, target.text)?;
-    }
+    writeln!(out)?;
+    write!(out, "{}", target_table(targets)?)?;
     Ok(out)
 }
 

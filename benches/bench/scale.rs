@@ -531,7 +531,7 @@ async fn lost_renewal_memory(
         &samples,
         format!(
             "{stream_count} Renew streams × {per_stream} distinct 256-byte names with random lease \
-             ids, every renewal `lost` (the issue's probe, 115 MB before the fix): server RSS \
+             ids, every renewal `lost`: server RSS \
              +{added_kib:.0} KiB after opening the streams, of which the second half of the \
              renewals added {second_half_kib:.0} KiB{}",
             quick_note(sizes.quick, "400 streams"),

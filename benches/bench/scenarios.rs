@@ -14,13 +14,23 @@ use crate::{
     fair, fanout,
     handoff::{self, LeasedContender},
     idle,
-    measure::{Row, Samples, closed_loop},
+    measure::{
+        Around, Row, Samples, TurnRatio, Turns, Worker, closed_loop, closed_loop_kept, in_turns,
+    },
     peers, procs, redis_calls as calls,
     report::thousands,
     scale,
     workload::{self, DirectCycle, DirectRenew, RwTally},
 };
 
+/// Callers of the `@N` rows that are measured in turns with `grpc_cycle@N` for a target's ratio
+/// (`redis_direct@64`, `etcd_lock@64`, `semaphore_cycle@64`).
+const PAIRED_CALLERS: usize = 64;
+
+/// `redis_direct@N`: acquire + release through the store in this process, no gRPC; and
+/// `redis_direct_renew@64`, renewals so. The rows that a target divides (`redis_direct@64` by
+/// `grpc_cycle@64`, `redis_direct_renew@64` by `grpc_renew`) are measured in turns with the gRPC
+/// side ([`Turns`]), and carry the ratio of each turn and their median (`in_turns`).
 pub(crate) async fn redis_direct(run: &Run) -> BenchResult<Vec<Row>> {
     let pool = run.args.redis_pool_size;
     let store = workload::direct_store(&run.redis.url(), pool).await?;
@@ -35,25 +45,98 @@ pub(crate) async fn redis_direct(run: &Run) -> BenchResult<Vec<Row>> {
                 })
             })
             .collect::<BenchResult<Vec<_>>>()?;
-        let (samples, _) = closed_loop(workers, run.budget).await?;
-        rows.push(Row::new(
-            format!("redis_direct@{concurrency}"),
-            &samples,
-            format!("acquire.lua + release.lua; {note}"),
-        ));
+        let name = format!("redis_direct@{concurrency}");
+        let row_note = format!("acquire.lua + release.lua; {note}");
+        rows.push(cycle_row(run, "direct", name, row_note, workers).await?);
     }
-    let mut workers = Vec::new();
+
+    let mut direct = Vec::new();
     for worker in 0..64 {
         let name = format!("bench/direct-renew/{worker}");
-        workers.push(DirectRenew::holding(store.clone(), &name).await?);
+        direct.push(DirectRenew::holding(store.clone(), &name).await?);
     }
-    let (samples, _) = closed_loop(workers, run.budget).await?;
-    rows.push(Row::new(
-        "redis_direct_renew@64",
-        &samples,
+    let streams = renew_streams(run, "bench/direct/grpc-renew").await?;
+    let (direct, streams) = (
+        tokio::sync::Mutex::new(direct),
+        tokio::sync::Mutex::new(streams),
+    );
+    let turns = in_turns(
+        run.rounds_in_turns(),
+        |round| closed_loop_kept(&streams, run.round_budget(round)),
+        |round| closed_loop_kept(&direct, run.round_budget(round)),
+    )
+    .await?;
+    let name = "redis_direct_renew@64";
+    let ratio = turns.ratio("grpc_renew", name, Around::Numerator);
+    rows.push(paired_row(
+        name.to_owned(),
         format!("renew.lua; {note}"),
+        &format!("grpc_renew's workload of {RENEW_STREAMS} Renew streams"),
+        turns,
+        &ratio,
     ));
     Ok(rows)
+}
+
+/// The row of cycle `workers` measured alone, or, at [`PAIRED_CALLERS`] callers, in turns with
+/// `grpc_cycle@64`'s workload (`scenario` names the gRPC side's leases).
+async fn cycle_row<W: Worker>(
+    run: &Run,
+    scenario: &str,
+    name: String,
+    note: String,
+    workers: Vec<W>,
+) -> BenchResult<Row> {
+    if workers.len() != PAIRED_CALLERS {
+        let (samples, _) = closed_loop(workers, run.budget).await?;
+        return Ok(Row::new(name, &samples, note));
+    }
+    let slot = tokio::sync::Mutex::new(workers);
+    let turns = in_turns(
+        run.rounds_in_turns(),
+        |round| grpc_cycle_turn(run, scenario, round),
+        |round| closed_loop_kept(&slot, run.round_budget(round)),
+    )
+    .await?;
+    let grpc = format!("grpc_cycle@{PAIRED_CALLERS}");
+    let ratio = turns.ratio(&grpc, &name, Around::Numerator);
+    Ok(paired_row(name, note, &grpc, turns, &ratio))
+}
+
+/// One round of `grpc_cycle@64`'s workload (64 callers, one name each, Acquire + Release), for a
+/// row measured in turns with it.
+async fn grpc_cycle_turn(run: &Run, scenario: &str, round: u32) -> BenchResult<Samples> {
+    let prefix = format!("bench/{scenario}/grpc-cycle-{round}");
+    workload::measure_grpc_cycles(
+        &run.channels,
+        PAIRED_CALLERS,
+        &prefix,
+        run.round_budget(round),
+    )
+    .await
+}
+
+/// The row of the side of `turns` that ran between the other's rounds, with the ratio measured in
+/// turns with `other` (what ran around it): the merged rounds in the row's columns, each turn's
+/// ratio and their median in `in_turns`, the other side's throughput and CPU beside it.
+fn paired_row(name: String, note: String, other: &str, turns: Turns, ratio: &TurnRatio) -> Row {
+    let (others, samples) = (Samples::merge(turns.around), Samples::merge(turns.between));
+    let other_cpu = Row::new("", &others, "").extra.remove("cpu_us_per_op");
+    Row::new(
+        name,
+        &samples,
+        format!(
+            "{note}; in turns with {other} ({} ops/s): {} / {} = {}",
+            thousands(others.ops_per_s()),
+            ratio.numerator,
+            ratio.denominator,
+            ratio.text()
+        ),
+    )
+    .with("in_turns", ratio.to_json())
+    .with("in_turns_with", other)
+    .with("in_turns_with_ops_per_s", others.ops_per_s().round())
+    .with("in_turns_with_cpu_us_per_op", other_cpu.unwrap_or_default())
 }
 
 pub(crate) async fn grpc_cycle(run: &Run) -> BenchResult<Vec<Row>> {
@@ -82,58 +165,48 @@ pub(crate) async fn grpc_cycle(run: &Run) -> BenchResult<Vec<Row>> {
 /// weighs on both alike.
 pub(crate) async fn semaphore_cycle(run: &Run) -> BenchResult<Vec<Row>> {
     let concurrency = SEMAPHORE_CONCURRENCY;
-    let rounds = run.rounds_in_turns();
-    let round_budget = |round| run.round_budget(round);
-    let (mut exclusive, mut counting) = (Vec::new(), Vec::new());
-    for round in 0..=rounds {
-        let prefix = format!("bench/semaphore/exclusive-{round}");
-        exclusive.push(
-            workload::measure_grpc_cycles(&run.channels, concurrency, &prefix, round_budget(round))
-                .await?,
-        );
-        if round < rounds {
-            counting.push(
-                workload::measure_semaphore_cycles(
-                    &run.channels,
-                    concurrency,
-                    SEMAPHORE_LIMIT,
-                    "bench/semaphore/counting",
-                    round_budget(round),
-                )
-                .await?,
-            );
-        }
-    }
-    let per_round = |parts: &[Samples]| -> Vec<f64> {
-        parts.iter().map(|part| part.ops_per_s().round()).collect()
-    };
-    let (exclusive_rounds, counting_rounds) = (per_round(&exclusive), per_round(&counting));
-    let (exclusive, samples) = (Samples::merge(exclusive), Samples::merge(counting));
-    let ratio = samples.ops_per_s() / exclusive.ops_per_s();
+    let turns = in_turns(
+        run.rounds_in_turns(),
+        |round| {
+            let prefix = format!("bench/semaphore/exclusive-{round}");
+            let budget = run.round_budget(round);
+            async move {
+                workload::measure_grpc_cycles(&run.channels, concurrency, &prefix, budget).await
+            }
+        },
+        |round| {
+            workload::measure_semaphore_cycles(
+                &run.channels,
+                concurrency,
+                SEMAPHORE_LIMIT,
+                "bench/semaphore/counting",
+                run.round_budget(round),
+            )
+        },
+    )
+    .await?;
+    let name = format!("semaphore_cycle@{concurrency}");
+    let ratio = turns.ratio(
+        &name,
+        &format!("grpc_cycle@{concurrency}"),
+        Around::Denominator,
+    );
     let names = concurrency / SEMAPHORE_LIMIT as usize;
-    let exclusive_cpu = Row::new("", &exclusive, "").extra.remove("cpu_us_per_op");
+    let row = paired_row(
+        name,
+        format!(
+            "Acquire (limit {SEMAPHORE_LIMIT}) + Release over gRPC, {SEMAPHORE_LIMIT} callers on \
+             each of {names} names, Redis store; {}",
+            run.connections_note()
+        ),
+        &format!("grpc_cycle@{concurrency}"),
+        turns,
+        &ratio,
+    );
     Ok(vec![
-        Row::new(
-            format!("semaphore_cycle@{concurrency}"),
-            &samples,
-            format!(
-                "Acquire (limit {SEMAPHORE_LIMIT}) + Release over gRPC, {SEMAPHORE_LIMIT} callers \
-                 on each of {names} names, Redis store; {ratio:.2} × the {} ops/s of \
-                 grpc_cycle@{concurrency} measured in turns with it; {}",
-                thousands(exclusive.ops_per_s()),
-                run.connections_note()
-            ),
-        )
-        .with("limit", SEMAPHORE_LIMIT)
-        .with("names", names)
-        .with("grpc_cycle_ops_per_s", exclusive.ops_per_s().round())
-        .with("grpc_cycle_ops_per_s_by_round", exclusive_rounds)
-        .with(
-            "grpc_cycle_cpu_us_per_op",
-            exclusive_cpu.unwrap_or_default(),
-        )
-        .with("ops_per_s_by_round", counting_rounds)
-        .with("ratio_to_grpc_cycle", (ratio * 1000.0).round() / 1000.0),
+        row.with("limit", SEMAPHORE_LIMIT)
+            .with("names", names)
+            .with("ratio_to_grpc_cycle", ratio.median),
     ])
 }
 
@@ -260,14 +333,17 @@ pub(crate) async fn grpc_cycle_memory(run: &Run) -> BenchResult<Vec<Row>> {
     Ok(rows)
 }
 
-pub(crate) async fn grpc_renew(run: &Run) -> BenchResult<Vec<Row>> {
+/// `grpc_renew`'s Renew streams: [`RENEW_STREAMS`] leases named `<prefix>/<index>`, one per stream.
+async fn renew_streams(run: &Run, prefix: &str) -> BenchResult<Vec<workload::RenewStream>> {
     let names = (0..RENEW_STREAMS)
-        .map(|index| format!("bench/renew/{index}"))
+        .map(|index| format!("{prefix}/{index}"))
         .collect();
     let leases = workload::acquire_many(&run.channels, names, workload::CYCLE_TTL_MS, 64).await?;
-    let streams =
-        workload::open_renew_streams(&run.channels, workload::split_among(leases, RENEW_STREAMS))
-            .await?;
+    workload::open_renew_streams(&run.channels, workload::split_among(leases, RENEW_STREAMS)).await
+}
+
+pub(crate) async fn grpc_renew(run: &Run) -> BenchResult<Vec<Row>> {
+    let streams = renew_streams(run, "bench/renew").await?;
     let stream_count = streams.len();
     let (samples, _) = closed_loop(streams, run.budget).await?;
     Ok(vec![Row::new(
@@ -387,12 +463,9 @@ pub(crate) async fn etcd_lock(run: &Run) -> BenchResult<Vec<Row>> {
             let name = format!("bench/etcd/c{concurrency}/{worker}");
             workers.push(EtcdCycle::new(channel, name).await?);
         }
-        let (samples, _) = closed_loop(workers, run.budget).await?;
-        rows.push(Row::new(
-            format!("etcd_lock@{concurrency}"),
-            &samples,
-            note.clone(),
-        ));
+        let name = format!("etcd_lock@{concurrency}");
+        // The target divides grpc_cycle@64 by etcd_lock@64: both measured in turns, here.
+        rows.push(cycle_row(run, "etcd", name, note.clone(), workers).await?);
     }
     let mut contenders = Vec::new();
     for index in 0..2 {
