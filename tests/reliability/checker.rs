@@ -82,11 +82,17 @@ use tonic::Code;
 /// monotonic clock, so this only absorbs Redis's millisecond expiry resolution.
 pub const CLOCK_SLACK: Duration = Duration::from_millis(10);
 
-/// How long past `--redis-timeout` the answer to a call may take to reach the client: the gRPC
-/// round trip and the scheduling of some 40 clients and 3 servers on two busy cores. A server that
-/// waited for Redis past its timeout (a stall of 3 s, a black hole until it ends) overruns it by
-/// a second or more.
-pub const FAILURE_MARGIN: Duration = Duration::from_millis(500);
+/// How long past `--redis-timeout` the median failure of a stall may reach the client: the gRPC
+/// round trip and the scheduling of some 40 clients and 3 servers on two cores (measured: 3-30 ms
+/// past a 1 s timeout). A server that retried once, or waited for Redis past its timeout, is a
+/// timeout or more late.
+pub const STALL_MEDIAN_MARGIN: Duration = Duration::from_millis(200);
+
+/// How long past `--redis-timeout` any call sent during a stall may wait for its first answer:
+/// wide, for the one call that a busy machine holds up (1.15 s and 1.55 s the worst seen against
+/// a 1 s timeout with other test suites running beside). A server that ignored the timeout holds
+/// the calls of the first second of a 3 s stall for 2 to 3 s.
+pub const STALL_CAP_MARGIN: Duration = Duration::from_secs(1);
 
 /// What the clients do.
 #[derive(Clone, Debug)]
@@ -109,8 +115,9 @@ pub struct Workload {
     /// Run the GC-pause holder alongside the clients.
     pub gc_pauses: bool,
     pub seed: u64,
-    /// The replicas' `--redis-timeout`: a call sent while a [`Stalled`] fault lasted must be
-    /// answered within it (plus [`FAILURE_MARGIN`]), `UNAVAILABLE` if it failed.
+    /// The replicas' `--redis-timeout`: the calls sent while a [`Stalled`] fault lasted must be
+    /// answered within it (the median failure within [`STALL_MEDIAN_MARGIN`] of it, every call
+    /// within [`STALL_CAP_MARGIN`]), `UNAVAILABLE` if they failed.
     pub redis_timeout: Duration,
 }
 
@@ -348,8 +355,8 @@ pub struct FaultRecord {
 
 /// The replicas that a fault kept from getting Redis's answers within `--redis-timeout` (Redis
 /// stopped, a black hole, a cut link, every link slower than the timeout): each call sent to them
-/// while it lasted must be answered within the timeout (plus [`FAILURE_MARGIN`]), and if it
-/// failed, with `UNAVAILABLE`.
+/// while it lasted must be answered within the timeout (see [`Workload::redis_timeout`]), and if
+/// it failed, with `UNAVAILABLE`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Stalled {
     /// Not such a fault: calls may fail otherwise (a cut link, a killed replica) or not at all.

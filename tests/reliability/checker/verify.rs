@@ -6,7 +6,9 @@ use std::{
     time::Duration,
 };
 
-use super::{CLOCK_SLACK, Checker, Event, FAILURE_MARGIN, FaultRecord, WaitOutcome};
+use super::{
+    CLOCK_SLACK, Checker, Event, FaultRecord, STALL_CAP_MARGIN, STALL_MEDIAN_MARGIN, WaitOutcome,
+};
 use tonic::Code;
 
 /// One holder's lease as it saw it.
@@ -50,8 +52,9 @@ pub struct StalledCalls {
     pub calls: usize,
     /// Those whose first answer was a failure.
     pub failed: usize,
-    /// The longest time to a first answer.
+    /// The longest time to a first answer, and the median time to a failure.
     pub longest: Duration,
+    pub median_failure: Duration,
 }
 
 /// When a call got its first answer (a `waiting`, a terminal message, a renewal's answer, or a
@@ -138,9 +141,8 @@ pub struct Report {
     /// Calls the client stopped waiting for on its own (not answers), by RPC.
     pub gave_up: BTreeMap<&'static str, usize>,
     pub faults: BTreeMap<&'static str, usize>,
-    /// Per kind of [`Stalled`] fault: the calls sent to a stalled replica while it lasted, each
-    /// checked to be answered within `--redis-timeout` plus [`FAILURE_MARGIN`] (`UNAVAILABLE`, if
-    /// it failed).
+    /// Per kind of [`Stalled`] fault: the calls sent to a stalled replica while it lasted, checked
+    /// to be answered within `--redis-timeout` (`UNAVAILABLE`, if they failed).
     pub stalled_calls: BTreeMap<&'static str, StalledCalls>,
     /// GC pauses whose name was granted again after the paused lease expired: each next token
     /// checked to be above the paused one.
@@ -201,14 +203,15 @@ impl Report {
             .iter()
             .map(|(kind, checked)| {
                 format!(
-                    "{kind}: {} calls ({} failed), longest {:?}",
-                    checked.calls, checked.failed, checked.longest
+                    "{kind}: {} calls ({} failed, median failure {:?}), longest {:?}",
+                    checked.calls, checked.failed, checked.median_failure, checked.longest
                 )
             })
             .collect();
         println!(
-            "calls sent while Redis stalled (answered within the timeout + {FAILURE_MARGIN:?}, \
-             failures UNAVAILABLE): {}; takeovers after a GC pause with a larger token: {}",
+            "calls sent while Redis stalled (failures UNAVAILABLE, their median within the timeout \
+             + {STALL_MEDIAN_MARGIN:?}, every call within the timeout + {STALL_CAP_MARGIN:?}): {}; \
+             takeovers after a GC pause with a larger token: {}",
             stalled.join("; "),
             self.takeovers_checked
         );
@@ -606,12 +609,15 @@ impl Checker {
         report
     }
 
-    /// Each call sent to a replica while a [`Stalled`] fault kept it from Redis's answers must
-    /// have had its first answer within `--redis-timeout` plus [`FAILURE_MARGIN`], and if that
-    /// answer was a failure, `UNAVAILABLE` (guarantee 4): not held until Redis came back, nor until
-    /// the client's deadline.
+    /// The calls sent to a replica while a [`Stalled`] fault kept it from Redis's answers
+    /// (guarantee 4): those that failed, `UNAVAILABLE`, and their median within
+    /// [`STALL_MEDIAN_MARGIN`] of `--redis-timeout`; every call's first answer within
+    /// [`STALL_CAP_MARGIN`] of it: not held until Redis came back, nor until the client's
+    /// deadline.
     fn verify_stalls(&self, events: &[Event], faults: &[FaultRecord], report: &mut Report) {
-        let bound = self.workload.redis_timeout + FAILURE_MARGIN;
+        let timeout = self.workload.redis_timeout;
+        let cap = timeout + STALL_CAP_MARGIN;
+        let mut failures: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
         for call in first_answers(events) {
             for fault in faults {
                 if !fault.stalled.includes(call.replica)
@@ -626,6 +632,7 @@ impl Checker {
                 checked.longest = checked.longest.max(took);
                 if let Some(code) = call.failed {
                     checked.failed += 1;
+                    failures.entry(fault.kind).or_default().push(took);
                     if code != Code::Unavailable {
                         report.violations.push(format!(
                             "{} to replica {}, sent at {:?} during {} ({:?}..{:?}), failed \
@@ -634,13 +641,26 @@ impl Checker {
                         ));
                     }
                 }
-                if took > bound {
+                if took > cap {
                     report.violations.push(format!(
                         "{} to replica {}, sent at {:?} during {} ({:?}..{:?}), first answered \
-                         after {took:?}: a stalled Redis must not hold a call past {bound:?}",
+                         after {took:?}: a stalled Redis must not hold a call past {cap:?}",
                         call.rpc, call.replica, call.sent, fault.kind, fault.start, fault.end
                     ));
                 }
+            }
+        }
+        let bound = timeout + STALL_MEDIAN_MARGIN;
+        for (kind, mut took) in failures {
+            took.sort();
+            let median = took[took.len() / 2];
+            report.stalled_calls.get_mut(kind).unwrap().median_failure = median;
+            if median > bound {
+                report.violations.push(format!(
+                    "{kind}: the calls it made fail answered after {median:?} (median of {}): \
+                     UNAVAILABLE must come within the timeout, {timeout:?}, + {STALL_MEDIAN_MARGIN:?}",
+                    took.len()
+                ));
             }
         }
     }
