@@ -128,6 +128,12 @@ def generate(text: str, report: dict, where: str, errors: list[str]) -> str:
             body = match.group(2)
         return f"<!-- bench {spec} -->{body}<!-- /bench -->"
 
+    for number, line in enumerate(text.splitlines(), 1):
+        opening = re.match(r"\s*<!-- bench (" + SPEC + r") -->", line)
+        if opening and not opening.group(1).startswith("table:"):
+            # Markdown reads a line that starts with a comment as an HTML block, which ends the
+            # paragraph the figure is in.
+            errors.append(f"{where}:{number}: a figure's marker begins the line; reflow it")
     out = MARKED.sub(replace, text)
     stray = STRAY.findall(MARKED.sub("", text))
     if stray:

@@ -151,3 +151,11 @@ def test_a_marker_left_open_before_another_fails(
 def test_the_docs_match_the_committed_report() -> None:
     """The real docs against docs/src/bench-report.json (as scripts/docs.sh checks them)."""
     assert bench_tables.main(["--check"]) == 0
+
+
+def test_a_figure_at_the_start_of_a_line_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Markdown would read the line as an HTML block and split the paragraph there."""
+    doc = DOC + "A paragraph that goes on\n  <!-- bench idle_flood:p99_ms:.1f -->5.9<!-- /bench --> ms.\n"
+    source = setup(tmp_path, doc=doc)
+    assert run(tmp_path, "--from", str(source)) == 1
+    assert "perf.md:13: a figure's marker begins the line" in capsys.readouterr().err
