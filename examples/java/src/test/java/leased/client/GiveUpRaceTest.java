@@ -39,6 +39,14 @@ class GiveUpRaceTest {
   private static final int TRIES = 100;
   private static final int AT_ONCE = 20;
 
+  /**
+   * How many tries must hit the race (a grant that crossed the give-up, ended by the client's
+   * Release: {@code untakenGrantsReleased}), or "nothing left held" shows nothing: 18 to 58 did in
+   * 26 runs on a loaded 2-core machine, so 5 cannot fail by chance; a test whose give-ups never
+   * race the release finds 0.
+   */
+  private static final int RACE_HIT_AT_LEAST = 5;
+
   /** One way of waiting for a lease and giving the wait up. */
   interface Waiter {
     /** Returns once the wait is in line. */
@@ -54,11 +62,22 @@ class GiveUpRaceTest {
         LeaseClient holders = LeaseClient.forTarget(stack.target);
         LeaseClient waiters = LeaseClient.forTarget(stack.target)) {
       int[] outcome = race(holders, "java-give-up-", name -> clientWaiter(waiters, name));
+      waiters.close(); // waits for the give-ups' Releases, so that each one is counted
+      int racesHit = waiters.untakenGrantsReleased.get();
       System.out.printf(
           "give-up race (cancel + Release), %d tries: granted before giving up %d, give-ups"
               + " whose Release ended a grant %d, orphans %d/%d%n",
-          TRIES, outcome[0], waiters.untakenGrantsReleased.get(), outcome[1], TRIES);
+          TRIES, outcome[0], racesHit, outcome[1], TRIES);
       assertEquals(0, outcome[1], outcome[1] + " leases left held by a caller that gave up");
+      assertTrue(
+          racesHit >= RACE_HIT_AT_LEAST,
+          "only "
+              + racesHit
+              + " of "
+              + TRIES
+              + " give-ups hit the race (a grant ended by the give-up's Release; at least "
+              + RACE_HIT_AT_LEAST
+              + " expected): nothing left held shows nothing");
     }
   }
 
@@ -187,6 +206,9 @@ class GiveUpRaceTest {
     AtomicInteger grantedFirst = new AtomicInteger();
     AtomicInteger leftHeld = new AtomicInteger();
     ExecutorService pool = Executors.newFixedThreadPool(AT_ONCE);
+    // The holders' releases on threads of their own: in the common pool (one thread on 2 cores)
+    // they queued behind each other, and most give-ups came before their release was even sent.
+    ExecutorService releases = Executors.newFixedThreadPool(AT_ONCE);
     try {
       for (int batch = 0; batch < TRIES / AT_ONCE; batch++) {
         List<CompletableFuture<Void>> tries = new ArrayList<>();
@@ -194,13 +216,22 @@ class GiveUpRaceTest {
           int index = batch * AT_ONCE + i;
           tries.add(
               CompletableFuture.runAsync(
-                  () -> oneTry(holders, waiters, prefix + index, index, grantedFirst, leftHeld),
+                  () ->
+                      oneTry(
+                          holders,
+                          waiters,
+                          prefix + index,
+                          index,
+                          releases,
+                          grantedFirst,
+                          leftHeld),
                   pool));
         }
         CompletableFuture.allOf(tries.toArray(CompletableFuture[]::new)).get(60, TimeUnit.SECONDS);
       }
     } finally {
       pool.shutdownNow();
+      releases.shutdownNow();
     }
     return new int[] {grantedFirst.get(), leftHeld.get()};
   }
@@ -210,6 +241,7 @@ class GiveUpRaceTest {
       Function<String, Waiter> waiters,
       String name,
       int index,
+      ExecutorService releases,
       AtomicInteger grantedFirst,
       AtomicInteger leftHeld) {
     try {
@@ -217,9 +249,11 @@ class GiveUpRaceTest {
           LeaseClientTest.mustHold(holders, name, AcquireOptions.ttl(Duration.ofSeconds(30)));
       Waiter waiter = waiters.apply(name);
       waiter.awaitQueued();
-      // The give-up lands anywhere from just after the release starts to after the grant left.
-      CompletableFuture<Boolean> released = CompletableFuture.supplyAsync(holder::release);
-      LockSupport.parkNanos(Duration.ofMillis(index % 10).toNanos());
+      // The give-up lands anywhere from just after the release starts to after the grant left:
+      // 0 to 38 ms after it (with 20 tries at once on a loaded 2-core machine, the grant seldom
+      // reached the waiter within 38 ms; give-ups 0 to 9 ms after it hit the race 5-26 times).
+      CompletableFuture<Boolean> released = CompletableFuture.supplyAsync(holder::release, releases);
+      LockSupport.parkNanos(Duration.ofMillis(index % 20 * 2).toNanos());
       if (!waiter.giveUp()) {
         grantedFirst.incrementAndGet(); // the grant won: the waiter held the lease, then let go
       }
