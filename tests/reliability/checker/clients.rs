@@ -425,7 +425,7 @@ pub struct GcPauses {
     pub read_write: usize,
 }
 
-/// The GC-pause holder, taking every name in turn: takes a lease (a permit, on a counting name;
+/// The GC-pause holder, taking the names in turn: takes a lease (a permit, on a counting name;
 /// an exclusive grant, on a read-write name) and stops renewing it (a stop-the-world pause) past
 /// its TTL, until another caller has been granted the name since it expired. The token of that
 /// grant is recorded ([`Event::TakenOverAfterPause`]): it must be above the paused one. On an
@@ -437,9 +437,33 @@ pub async fn run_gc_pauses(checker: Arc<Checker>, endpoints: Vec<String>) -> GcP
     let mut client = Client::new(usize::MAX, &endpoints, 0);
     let mut completed = GcPauses::default();
     let mut round = 0;
+    let workload = &checker.workload;
+    let counting_names = workload.names..workload.names + workload.counting.names;
+    let kinds = [
+        (0..workload.names, workload.clients),
+        (counting_names.clone(), workload.counting.clients),
+        (
+            counting_names.end..workload.all_names(),
+            workload.read_write.clients,
+        ),
+    ];
     while !checker.stopped() {
         round += 1;
-        let name = round % checker.workload.all_names();
+        // The kind of name (exclusive, counting, read-write) with the fewest completed pauses goes
+        // next, so that a kind whose pauses a fault or a run of shared holders kept from
+        // completing is tried again first; only kinds with clients, who take the name over.
+        let done = [
+            completed.exclusive,
+            completed.counting,
+            completed.read_write,
+        ];
+        let name = match (0..kinds.len())
+            .filter(|kind| !kinds[*kind].0.is_empty() && kinds[*kind].1 > 0)
+            .min_by_key(|kind| done[*kind])
+        {
+            Some(kind) => kinds[kind].0.start + round % kinds[kind].0.len(),
+            None => round % workload.all_names(),
+        };
         let counting = checker.workload.is_counting(name);
         let ttl = Duration::from_millis(checker.workload.ttl_ms.0);
         let call = Call {
