@@ -252,7 +252,8 @@ class GiveUpRaceTest {
       // The give-up lands anywhere from just after the release starts to after the grant left:
       // 0 to 38 ms after it (with 20 tries at once on a loaded 2-core machine, the grant seldom
       // reached the waiter within 38 ms; give-ups 0 to 9 ms after it hit the race 5-26 times).
-      CompletableFuture<Boolean> released = CompletableFuture.supplyAsync(holder::release, releases);
+      CompletableFuture<Boolean> released =
+          CompletableFuture.supplyAsync(holder::release, releases);
       LockSupport.parkNanos(Duration.ofMillis(index % 20 * 2).toNanos());
       if (!waiter.giveUp()) {
         grantedFirst.incrementAndGet(); // the grant won: the waiter held the lease, then let go
