@@ -1064,10 +1064,10 @@ async fn a_caller_that_gives_up_a_wait_never_keeps_the_lease() {
     );
 }
 
-/// How many of the 100 give-ups must be granted after giving up and released by the client: 30
-/// to 55 were, in 26 runs on a loaded 2-core machine, so 10 cannot fail by chance; a test whose
-/// give-ups no longer race the release finds 0.
-const GIVE_UP_RACES_HIT: usize = 10;
+/// How many of the 100 give-ups must be granted after giving up and released by the client: 20
+/// to 55 were, in 32 runs on a 2-core machine at load averages of 2 to 11 (the fewest at the
+/// highest), so 5 cannot fail by chance; a test whose give-ups no longer race the release finds 0.
+const GIVE_UP_RACES_HIT: usize = 5;
 
 /// How one try of the give-up race went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
