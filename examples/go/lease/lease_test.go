@@ -321,7 +321,7 @@ func TestGiveUpRacingAReleaseLeavesNothingHeld(t *testing.T) {
 }
 
 // minRacesHit is how many of the 100 tries of TestGiveUpRacingAReleaseLeavesNothingHeld must hit
-// the race: 21 to 47 did in 22 runs on a loaded 2-core machine, so 5 cannot fail by chance; a
+// the race: 21 to 47 did in 24 runs on a loaded 2-core machine, so 5 cannot fail by chance; a
 // test whose give-ups never race the release finds 0.
 const minRacesHit = 5
 

@@ -15,8 +15,8 @@ const TRIES = 100;
 const AT_ONCE = 10; // tries run side by side, on distinct names, to keep the test short
 /**
  * How many tries must hit the race (a grant that crossed the give-up, ended by the client's
- * Release: `abandonedGrant` with `released`), or "nothing left held" shows nothing: 57 to 80 did
- * in 21 runs on a loaded 2-core machine, so 20 cannot fail by chance; a test whose give-ups never
+ * Release: `abandonedGrant` with `released`), or "nothing left held" shows nothing: 49 to 80 did
+ * in 24 runs on a loaded 2-core machine, so 20 cannot fail by chance; a test whose give-ups never
  * race the release finds 0.
  */
 const RACE_HIT_AT_LEAST = 20;
