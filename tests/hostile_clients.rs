@@ -47,6 +47,10 @@ impl Seen {
     fn p99(&self) -> Duration {
         self.latencies[self.latencies.len() * 99 / 100]
     }
+
+    fn median(&self) -> Duration {
+        self.latencies[self.latencies.len() / 2]
+    }
 }
 
 impl Probe {
@@ -119,34 +123,90 @@ async fn wait_all_closed(streams: &[TcpStream], timeout: Duration) -> Result<(),
     }
 }
 
-/// A connection that sends nothing, or only the preface, is closed once `--handshake-timeout`
-/// passes; a client that completed its handshake is not, however long it stays idle.
+/// The handshake timeout of [`silent_and_preface_only_connections_are_closed_at_the_handshake_timeout`].
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long after [`HANDSHAKE_TIMEOUT`] the median connection may be seen closed: the server's
+/// timer task closing the socket and this test's 10 ms polling, in the debug build on a loaded
+/// 2-core machine (measured: the median 5-88 ms late in 20 runs, 15 ms as a rule). A timeout
+/// that is ignored (the 5 s default), doubled, or checked by a sweep once a second (half a second
+/// late on average) is far later.
+const HANDSHAKE_CLOSE_MEDIAN_MARGIN: Duration = Duration::from_millis(250);
+
+/// How long after [`HANDSHAKE_TIMEOUT`] any one connection may be seen closed: a wide cap per
+/// connection against a connection the timeout missed, which a loaded machine's scheduling
+/// delays stay well inside.
+const HANDSHAKE_CLOSE_CAP: Duration = Duration::from_secs(1);
+
+/// When the server closed each of `streams`, counted from `opened_before` (a moment before they
+/// were opened, so never less than the connection's real age): polls every 10 ms, until all are
+/// closed or `give_up` has passed; the ones still open are `None`.
+async fn close_times(
+    streams: &[TcpStream],
+    opened_before: Instant,
+    give_up: Duration,
+) -> Vec<Option<Duration>> {
+    let mut closed_at = vec![None; streams.len()];
+    while closed_at.iter().any(Option::is_none) && opened_before.elapsed() < give_up {
+        for (stream, closed_at) in streams.iter().zip(&mut closed_at) {
+            if closed_at.is_none() && flood::closed_by_peer(stream) {
+                *closed_at = Some(opened_before.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    closed_at
+}
+
+/// A connection that sends nothing, or only the preface, is closed at `--handshake-timeout`:
+/// none before it, the median within [`HANDSHAKE_CLOSE_MEDIAN_MARGIN`] after it, each within
+/// [`HANDSHAKE_CLOSE_CAP`] after it; a client that completed its handshake is not closed, however
+/// long it stays idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_preface_only_connections_are_closed_at_the_handshake_timeout() {
     let server = Leased::start_with(ServeConfig {
-        handshake_timeout: Duration::from_secs(1),
+        handshake_timeout: HANDSHAKE_TIMEOUT,
         ..test_config(None)
     })
     .await;
     let mut client = connected_client(server.address).await;
-    let silent = flood::open(server.address, 20, b"").await;
-    let preface_only = flood::open(server.address, 20, flood::PREFACE).await;
-    assert_eq!((silent.len(), preface_only.len()), (20, 20));
-
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(flood::count_closed(&silent), 0, "closed before the timeout");
-    assert_eq!(
-        flood::count_closed(&preface_only),
-        0,
-        "closed before the timeout"
-    );
-
-    let margin = Duration::from_secs(10);
-    if let Err(open) = wait_all_closed(&silent, margin).await {
-        panic!("{open} silent connections still open long after the handshake timeout");
-    }
-    if let Err(open) = wait_all_closed(&preface_only, margin).await {
-        panic!("{open} preface-only connections still open long after the handshake timeout");
+    let give_up = HANDSHAKE_TIMEOUT + HANDSHAKE_CLOSE_CAP + Duration::from_secs(5);
+    for (kind, first_bytes) in [("silent", &b""[..]), ("preface-only", flood::PREFACE)] {
+        let opened_before = Instant::now();
+        let streams = flood::open(server.address, 20, first_bytes).await;
+        assert_eq!(streams.len(), 20, "{kind}");
+        let times = close_times(&streams, opened_before, give_up).await;
+        let mut closed: Vec<Duration> = times.iter().flatten().copied().collect();
+        closed.sort();
+        assert_eq!(
+            closed.len(),
+            times.len(),
+            "{} {kind} connections still open {give_up:?} after they were opened",
+            times.len() - closed.len()
+        );
+        let median = closed[closed.len() / 2];
+        println!(
+            "{kind} connections closed after {:?} to {:?}, median {median:?} (handshake timeout \
+             {HANDSHAKE_TIMEOUT:?})",
+            closed[0],
+            closed[closed.len() - 1]
+        );
+        assert!(
+            closed[0] >= HANDSHAKE_TIMEOUT,
+            "a {kind} connection was closed {:?} after it was opened, before the handshake \
+             timeout",
+            closed[0]
+        );
+        assert!(
+            closed[closed.len() - 1] <= HANDSHAKE_TIMEOUT + HANDSHAKE_CLOSE_CAP,
+            "a {kind} connection was closed only {:?} after it was opened",
+            closed[closed.len() - 1]
+        );
+        assert!(
+            median <= HANDSHAKE_TIMEOUT + HANDSHAKE_CLOSE_MEDIAN_MARGIN,
+            "{kind} connections were closed a median {median:?} after they were opened \
+             (handshake timeout {HANDSHAKE_TIMEOUT:?}): {closed:?}"
+        );
     }
     // The client was idle for longer than the handshake timeout, on the same connection.
     describe(&mut client, "hostile/idle").await;
@@ -303,6 +363,24 @@ async fn idle_closed(
     .unwrap()
 }
 
+/// How slow the median Describe of an established client may be during the flood. Row 10 of
+/// the Guarantees cites a p99 of 18 ms for this debug-build test (the release build: p50 1.1
+/// ms); the median measured 2-7 ms here on a loaded machine. A server that lets the flood's
+/// connections hold up established clients (blocking work per accepted connection on the
+/// runtime's workers, a handshake served ahead of every request) moves the median, where a few
+/// slow Describes on a noisy machine only move the tail.
+const FLOOD_DESCRIBE_MEDIAN: Duration = Duration::from_millis(20);
+
+/// A wide cap on the p99 of those Describes, against clients stalled for good by the flood.
+const FLOOD_DESCRIBE_P99_CAP: Duration = Duration::from_millis(500);
+
+/// How much more CPU the server may use while the flood's connections sit there than for the
+/// probe's Describes alone, measured over windows of the same length: 10 % of a core. Guarantee
+/// 10 says idle connections cost no CPU one can measure; measured here: +15 to +60 ms in 2 s
+/// (the window also sees the first connections time out). Connections that each woke up a few
+/// times a second (a timer or a poll per connection) would cost far more with 10,000 of them.
+const FLOOD_EXTRA_CPU_PER_SECOND: Duration = Duration::from_millis(100);
+
 /// The reliability check of a flood: 25,000 idle and 500 preface-only connections against a
 /// server with the default limits. An established client is served throughout, a new client
 /// gets in during the flood, the server's file descriptors stay under the cap, its CPU stays
@@ -325,6 +403,11 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
     let rss_before = proc::rss_kib(pid).unwrap();
 
     let probe = Probe::start(client, pid, "hostile/flood", Duration::from_millis(100));
+    // The server's CPU for the probe's Describes alone, before the flood.
+    let window = Duration::from_secs(2);
+    let cpu_before = proc::cpu_time(pid).unwrap();
+    tokio::time::sleep(window).await;
+    let cpu_alone = proc::cpu_time(pid).unwrap() - cpu_before;
 
     let started = Instant::now();
     let idle = idle_flood(server.address, IDLE).await;
@@ -344,7 +427,6 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
 
     // The server's CPU while the flood's connections sit there.
     let cpu_before = proc::cpu_time(pid).unwrap();
-    let window = Duration::from_secs(2);
     tokio::time::sleep(window).await;
     let cpu = proc::cpu_time(pid).unwrap() - cpu_before;
 
@@ -366,9 +448,12 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
     let (latencies, p99, max_fds, max_rss) =
         (&seen.latencies, seen.p99(), seen.max_fds, seen.max_rss);
     println!(
-        "during the flood: {} describes, p99 {p99:?}, max {:?}; server fds {fds_before} -> max \
-         {max_fds}; RSS {rss_before} -> max {max_rss} KiB; CPU {cpu:?} in {window:?}",
+        "during the flood: {} describes, median {:?}, p90 {:?}, p99 {p99:?}, max {:?}; server \
+         fds {fds_before} -> max {max_fds}; RSS {rss_before} -> max {max_rss} KiB; CPU \
+         {cpu:?} in {window:?} (before the flood, the Describes alone: {cpu_alone:?})",
         latencies.len(),
+        seen.median(),
+        latencies[latencies.len() * 9 / 10],
         latencies.last().unwrap(),
     );
     println!("the server closed {closed} of {opened} idle connections");
@@ -386,10 +471,20 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
         max_fds <= fds_before + CAP + 200,
         "{max_fds} fds open with a cap of {CAP} connections"
     );
-    // Wide margins: a debug build on a noisy 2-core machine (the bench measures the release
-    // build: README, Guarantees).
-    assert!(p99 < Duration::from_millis(500), "describe p99 {p99:?}");
-    assert!(cpu < window / 2, "{cpu:?} of CPU in {window:?}");
+    let extra_cpu = cpu.saturating_sub(cpu_alone);
+    assert!(
+        extra_cpu <= FLOOD_EXTRA_CPU_PER_SECOND.mul_f64(window.as_secs_f64()),
+        "the flood's idle connections cost {extra_cpu:?} of CPU in {window:?} ({cpu:?}, against \
+         {cpu_alone:?} for the Describes alone)"
+    );
+    // A debug build on a noisy 2-core machine (the bench measures the release build: README,
+    // Guarantees): the median against the promise, a wide cap on the tail.
+    let median = seen.median();
+    assert!(
+        median <= FLOOD_DESCRIBE_MEDIAN,
+        "describe median {median:?} during the flood (p99 {p99:?})"
+    );
+    assert!(p99 <= FLOOD_DESCRIBE_P99_CAP, "describe p99 {p99:?}");
 
     // The flood goes away: descriptors return to where they were, and clients are served.
     drop((idle, preface_only, newcomer));

@@ -16,6 +16,8 @@ pub use events::StoreEvents;
 pub use limits::Limits;
 pub(crate) use waiters::Waiters;
 pub use waiters::{Placement, is_shared_entry};
+/// Public for the tests that bound how soon a dead replica's waiters stop holding others up.
+pub use waiting::STALL_CHECK_INTERVAL;
 pub(crate) use watch::Watchers;
 
 /// How long a released lease id stays ended: an Acquire with it as the caller's own lease id

@@ -20,9 +20,22 @@ on_both_stores!(
     a_watcher_that_does_not_read_gets_a_snapshot_instead_of_what_it_missed,
 );
 
-/// How late an EXPIRED event may reach the client after the lease's `expires_at`, on a loaded
-/// 2-core machine. The target is 50 ms; the measurements are printed.
-const EXPIRY_LATENESS_BOUND_MS: i64 = 500;
+/// Guarantee 12's target: EXPIRED reaches a watcher within 50 ms of the lease's `expires_at`.
+/// The median over [`EXPIRY_ROUNDS`] is held to it: a watch that noticed expiries by reading
+/// the lease every P ms would be late by about P/2 on average, so polling every 100 ms or slower
+/// fails (it measured a median of 204-208 ms), while a few rounds descheduled on a loaded 2-core
+/// machine cannot move the median (20 runs on both stores: medians 3-34 ms, rounds 2-500 ms).
+const EXPIRY_LATENESS_TARGET_MS: i64 = 50;
+
+/// How late any one EXPIRED event may reach the client: a cap per round, wide for a loaded
+/// 2-core machine (one round of 480 took 500 ms there), against an expiry missed altogether
+/// (noticed only at the next change).
+const EXPIRY_LATENESS_CAP_MS: i64 = 1_000;
+
+/// Expiries timed in [`expired_comes_at_the_ttl_and_renewals_are_not_events`] (the last with a
+/// lock-delay): with 12, a watch polling every 250 ms would have to be lucky in 7 of them (each
+/// with a chance of about 1 in 5) to pass the median.
+const EXPIRY_ROUNDS: usize = 12;
 
 /// How early an EXPIRED event may reach the client: the store's clock and this host's are the
 /// same clock, so only rounding to milliseconds.
@@ -131,7 +144,7 @@ async fn watch_sees_every_change_in_order(replicas: &Replicas) {
     assert_about(&expired, &beta, "beta", NAME);
     assert!(!expired.held && expired.holders.is_empty(), "{expired:?}");
     assert!(
-        (-EXPIRY_EARLINESS_SLACK_MS..=EXPIRY_LATENESS_BOUND_MS).contains(&lateness),
+        (-EXPIRY_EARLINESS_SLACK_MS..=EXPIRY_LATENESS_CAP_MS).contains(&lateness),
         "EXPIRED came {lateness} ms after the expiry"
     );
     seen.push(expired);
@@ -169,9 +182,10 @@ async fn watch_sees_every_change_in_order(replicas: &Replicas) {
     }
 }
 
-/// EXPIRED arrives soon after `expires_at` (five rounds; printed), and for a lease with a
-/// lock-delay at the TTL, long before the delay ends, with `held` false. A lease renewed before
-/// each expiry never expires, and its renewals bring no event.
+/// EXPIRED arrives soon after `expires_at`: the median of [`EXPIRY_ROUNDS`] rounds within the
+/// 50 ms target, each round within the wide cap (printed); for a lease with a lock-delay at the
+/// TTL, long before the delay ends, with `held` false. A lease renewed before each expiry never
+/// expires, and its renewals bring no event.
 async fn expired_comes_at_the_ttl_and_renewals_are_not_events(replicas: &Replicas) {
     const NAME: &str = "watch/expiry";
     let mut watcher = replicas.client(0).await;
@@ -180,8 +194,8 @@ async fn expired_comes_at_the_ttl_and_renewals_are_not_events(replicas: &Replica
     expect_event(&mut events, Cause::Snapshot, "first event").await;
 
     let mut latenesses = Vec::new();
-    for round in 0..5 {
-        let lock_delay_ms = if round == 4 { 3_000 } else { 0 };
+    for round in 0..EXPIRY_ROUNDS {
+        let lock_delay_ms = if round == EXPIRY_ROUNDS - 1 { 3_000 } else { 0 };
         let granted = must_acquire_request(
             &mut client,
             AcquireRequest {
@@ -205,17 +219,22 @@ async fn expired_comes_at_the_ttl_and_renewals_are_not_events(replicas: &Replica
     }
     let mut sorted = latenesses.clone();
     sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
     println!(
         "EXPIRED after the expiry, ms (last round with a 3 s lock-delay): {latenesses:?}; \
-         median {} ms (target 50 ms)",
-        sorted[sorted.len() / 2]
+         median {median} ms (target {EXPIRY_LATENESS_TARGET_MS} ms)"
     );
     for lateness in &latenesses {
         assert!(
-            (-EXPIRY_EARLINESS_SLACK_MS..=EXPIRY_LATENESS_BOUND_MS).contains(lateness),
+            (-EXPIRY_EARLINESS_SLACK_MS..=EXPIRY_LATENESS_CAP_MS).contains(lateness),
             "EXPIRED came {lateness} ms after the expiry: {latenesses:?}"
         );
     }
+    assert!(
+        median <= EXPIRY_LATENESS_TARGET_MS,
+        "EXPIRED came a median {median} ms after the expiry, past the {EXPIRY_LATENESS_TARGET_MS} \
+         ms target: {latenesses:?}"
+    );
 
     // Renewed every 150 ms with a 400 ms TTL for 1.5 s: no expiry, no event.
     const RENEWED: &str = "watch/renewed";

@@ -25,6 +25,7 @@ use crate::{
     metrics::metrics,
     shutdown::Shutdown,
 };
+pub use tending::STALL_CHECK_INTERVAL;
 use tending::tend_queue;
 
 /// Redis expires a key one millisecond after its PTTL reaches zero; wake a little later than the

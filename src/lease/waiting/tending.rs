@@ -25,7 +25,7 @@ pub(super) const STALL_GRACE: Duration = Duration::from_millis(250);
 
 /// While entries stay stalled, they are checked again this often: a dead replica's are taken out
 /// once its heartbeat lapses.
-pub(super) const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+pub const STALL_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Entries of a live replica stalled this long are taken out anyway: that replica lost the entry's
 /// caller or every report of it. A caller that still waits there reads that it left the queue,

@@ -27,7 +27,7 @@ pub(super) const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 /// The heartbeat key expires this long after its last renewal: four renewals, so a live replica
 /// loses it only when Redis is out of its reach for seconds. Another replica's waiter held up by
 /// a dead replica's entry is granted within this (plus a check interval) of the death.
-pub(super) const HEARTBEAT_TTL: Duration = Duration::from_millis(2_000);
+pub const HEARTBEAT_TTL: Duration = Duration::from_millis(2_000);
 
 /// How often a replica on Redis Cluster compares the slot map with the last one it saw, beside
 /// the comparisons after every redirection its commands meet.

@@ -49,6 +49,8 @@ use tokio::{sync::mpsc, task::JoinHandle};
 pub use keys::LeaseKeys;
 use layout::Layout;
 use library::{Library, Script};
+/// Public for the tests that bound how soon a dead replica's waiters stop holding others up.
+pub use liveness::HEARTBEAT_TTL;
 pub use replication::ReplicaWait;
 pub use replies::parse_acquire_reply;
 use replies::{Reply, store_error};
