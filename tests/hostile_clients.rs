@@ -365,7 +365,8 @@ async fn idle_closed(
 
 /// How slow the median Describe of an established client may be during the flood. Row 10 of
 /// the Guarantees cites a p99 of 18 ms for this debug-build test (the release build: p50 1.1
-/// ms); the median measured 2-7 ms here on a loaded machine. A server that lets the flood's
+/// ms); the median measured 2.8-4.5 ms here in 20 runs (p99 22-89 ms), 6.4 ms once at a load
+/// average of 6. A server that lets the flood's
 /// connections hold up established clients (blocking work per accepted connection on the
 /// runtime's workers, a handshake served ahead of every request) moves the median, where a few
 /// slow Describes on a noisy machine only move the tail.
@@ -376,8 +377,9 @@ const FLOOD_DESCRIBE_P99_CAP: Duration = Duration::from_millis(500);
 
 /// How much more CPU the server may use while the flood's connections sit there than for the
 /// probe's Describes alone, measured over windows of the same length: 10 % of a core. Guarantee
-/// 10 says idle connections cost no CPU one can measure; measured here: +15 to +60 ms in 2 s
-/// (the window also sees the first connections time out). Connections that each woke up a few
+/// 10 says idle connections cost no CPU one can measure; measured here: -50 to +10 ms in 2 s in
+/// 20 runs, +60 ms once at a load average of 6 (the window also sees the first connections time
+/// out). With every handshake woken every 100 ms it measured +400 to +950 ms. Connections that each woke up a few
 /// times a second (a timer or a poll per connection) would cost far more with 10,000 of them.
 const FLOOD_EXTRA_CPU_PER_SECOND: Duration = Duration::from_millis(100);
 
