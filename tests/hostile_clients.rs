@@ -123,7 +123,8 @@ async fn wait_all_closed(streams: &[TcpStream], timeout: Duration) -> Result<(),
     }
 }
 
-/// The handshake timeout of [`silent_and_preface_only_connections_are_closed_at_the_handshake_timeout`].
+/// The handshake timeout of
+/// [`silent_and_preface_only_connections_are_closed_at_the_handshake_timeout`].
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long after [`HANDSHAKE_TIMEOUT`] the median connection may be seen closed: the server's
@@ -376,11 +377,12 @@ const FLOOD_DESCRIBE_MEDIAN: Duration = Duration::from_millis(20);
 const FLOOD_DESCRIBE_P99_CAP: Duration = Duration::from_millis(500);
 
 /// How much more CPU the server may use while the flood's connections sit there than for the
-/// probe's Describes alone, measured over windows of the same length: 10 % of a core. Guarantee
-/// 10 says idle connections cost no CPU one can measure; measured here: -50 to +10 ms in 2 s in
-/// 20 runs, +60 ms once at a load average of 6 (the window also sees the first connections time
-/// out). With every handshake woken every 100 ms it measured +400 to +950 ms. Connections that each woke up a few
-/// times a second (a timer or a poll per connection) would cost far more with 10,000 of them.
+/// probe's Describes alone, measured over windows of the same length: 10 % of a core. Guarantee 10
+/// says idle connections cost no CPU one can measure; measured here: -50 to +10 ms in 2 s in 20
+/// runs, +60 ms once at a load average of 6 (the window also sees the first connections time out).
+/// With every handshake woken every 100 ms it measured +400 to +950 ms. Connections that each woke
+/// up a few times a second (a timer or a poll per connection) would cost far more with 10,000 of
+/// them.
 const FLOOD_EXTRA_CPU_PER_SECOND: Duration = Duration::from_millis(100);
 
 /// The reliability check of a flood: 25,000 idle and 500 preface-only connections against a

@@ -184,12 +184,12 @@ async fn killed_replica_waiter_is_skipped_once_its_heartbeat_lapses() {
     scenario.w2_succeeds(NAME, &granted).await;
 }
 
-/// As [`killed_replica_waiter_is_skipped_once_its_heartbeat_lapses`], but nobody releases: the holder (acquired
-/// through B with a 1,500 ms TTL, never renewed) expires while the first in line, W1, is on the
-/// killed replica A. W2, second in line through B, is granted within 3 s of the holder's expiry
-/// (its `expires_at`, on the store's clock, which is this host's), not before it (on the store's
-/// clock: the grant's `expires_at` - its TTL), with a larger fencing token, and is the holder
-/// afterwards.
+/// As [`killed_replica_waiter_is_skipped_once_its_heartbeat_lapses`], but nobody releases: the
+/// holder (acquired through B with a 1,500 ms TTL, never renewed) expires while the first in line,
+/// W1, is on the killed replica A. W2, second in line through B, is granted within 3 s of the
+/// holder's expiry (its `expires_at`, on the store's clock, which is this host's), not before it
+/// (on the store's clock: the grant's `expires_at` - its TTL), with a larger fencing token, and is
+/// the holder afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_replica_waiter_is_skipped_at_the_holders_expiry_within_3s() {
     const NAME: &str = "fifo/killed-replica-expiry";

@@ -43,13 +43,13 @@ async fn waiter_on_one_replica_wakes_on_release_through_another() {
     assert!(handoffs[5] < Duration::from_millis(250), "{handoffs:?}");
 }
 
-/// How much later than `--redis-timeout` a call that failed for want of Redis may answer: what
-/// the server does around the store call that timed out (decoding and validating the request,
-/// building the status) and the gRPC round trip on loopback, in the debug build on a 2-core
-/// machine shared with other tests. Measured: 3-256 ms late (median 6 ms) over the 160 failed
-/// calls of 20 runs of the two tests below, on a machine at a load average of 6. A server that waited for Redis past
-/// its timeout (the 2 s default instead of the flag, a second command with a timeout of its own,
-/// or until the client gave up) answers far later. The same margin as the reliability checker's.
+/// How much later than `--redis-timeout` a call that failed for want of Redis may answer: what the
+/// server does around the store call that timed out (decoding and validating the request, building
+/// the status) and the gRPC round trip on loopback, in the debug build on a 2-core machine shared
+/// with other tests. Measured: 3-256 ms late (median 6 ms) over the 160 failed calls of 20 runs of
+/// the two tests below, on a machine at a load average of 6. A server that waited for Redis past
+/// its timeout (the 2 s default instead of the flag, a second command with a timeout of its own, or
+/// until the client gave up) answers far later. The same margin as the reliability checker's.
 const LATE_ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
 /// How long a test waits for an answer at all: a ceiling for a server that hangs, which then

@@ -658,7 +658,8 @@ impl Checker {
             if median > bound {
                 report.violations.push(format!(
                     "{kind}: the calls it made fail answered after {median:?} (median of {}): \
-                     UNAVAILABLE must come within the timeout, {timeout:?}, + {STALL_MEDIAN_MARGIN:?}",
+                     UNAVAILABLE must come within the timeout, {timeout:?}, + \
+                     {STALL_MEDIAN_MARGIN:?}",
                     took.len()
                 ));
             }
