@@ -378,8 +378,8 @@ const FLOOD_DESCRIBE_P99_CAP: Duration = Duration::from_millis(500);
 
 /// How much more CPU the server may use while the flood's connections sit there than for the
 /// probe's Describes alone, measured over windows of the same length: 10 % of a core. Guarantee 10
-/// says idle connections cost no CPU one can measure; measured here: -50 to +10 ms in 2 s in 20
-/// runs, +60 ms once at a load average of 6 (the window also sees the first connections time out).
+/// says idle connections cost little CPU (the bench quotes both figures); measured here: -50 to +10
+/// ms in 2 s in 20 runs, +60 ms once at a load average of 6 (the window also sees the first connections time out).
 /// With every handshake woken every 100 ms it measured +400 to +950 ms. Connections that each woke
 /// up a few times a second (a timer or a poll per connection) would cost far more with 10,000 of
 /// them.
