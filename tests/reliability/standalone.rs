@@ -58,7 +58,8 @@ async fn link_fault(
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 
 /// Describes a name through each of the `stalled` replicas, one call after another every
-/// [`PROBE_EVERY`], from now until `end` on the checker's clock, and records each call: every
+/// [`PROBE_EVERY`], from now until `end` on the checker's clock, and records each call answered
+/// by then: every
 /// stalling fault meets calls even when no client happens to be on its replica (a client moves
 /// on at its first failure), and the checker holds each to the stall's bound.
 async fn probe(checker: &Checker, endpoints: &[String], stalled: &Stalled, end: Duration) {
@@ -79,7 +80,11 @@ async fn probe(checker: &Checker, endpoints: &[String], stalled: &Stalled, end: 
                     name: checker.names[0].clone(),
                 });
                 request.set_timeout(Duration::from_secs(5));
-                let answer = client.describe(request).await;
+                // The fault ends on time: a probe still unanswered then is dropped, unrecorded.
+                let answer = tokio::select! {
+                    answer = client.describe(request) => answer,
+                    _ = until(checker, end) => break,
+                };
                 let ended = checker.now();
                 checker.record(match answer {
                     Ok(_) => Event::Answered {
