@@ -65,7 +65,7 @@
 mod clients;
 mod verify;
 
-pub use clients::{GcPauses, run_client, run_gc_pauses, until};
+pub use clients::{GcPauses, lazy_client, run_client, run_gc_pauses, until};
 pub use verify::{Report, first_answers};
 
 use std::{

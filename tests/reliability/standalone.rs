@@ -64,16 +64,13 @@ const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// on at its first failure), and the checker holds each to the stall's bound.
 async fn probe(checker: &Checker, endpoints: &[String], stalled: &Stalled, end: Duration) {
     use checker::Event;
-    use leased::proto::{DescribeRequest, lease_service_client::LeaseServiceClient};
+    use leased::proto::DescribeRequest;
     let probes = endpoints
         .iter()
         .enumerate()
         .filter(|(replica, _)| stalled.includes(*replica))
         .map(|(replica, endpoint)| async move {
-            let channel = tonic::transport::Channel::from_shared(endpoint.clone())
-                .unwrap()
-                .connect_lazy();
-            let mut client = LeaseServiceClient::new(channel);
+            let mut client = checker::lazy_client(endpoint);
             while checker.now() < end {
                 let sent = checker.now();
                 let mut request = tonic::Request::new(DescribeRequest {
@@ -325,20 +322,14 @@ async fn hold_across_the_kill(
     end: Duration,
 ) -> Vec<(usize, Duration)> {
     use leased::proto::{
-        AcquireRequest, ReleaseRequest, RenewRequest, acquire_response,
-        lease_service_client::LeaseServiceClient, renew_response,
+        AcquireRequest, ReleaseRequest, RenewRequest, acquire_response, renew_response,
     };
     use tokio_stream::StreamExt;
     const TTL: Duration = Duration::from_millis(1_500);
     const EVERY: Duration = Duration::from_millis(250);
     let mut clients: Vec<_> = endpoints
         .iter()
-        .map(|endpoint| {
-            let channel = tonic::transport::Channel::from_shared(endpoint.clone())
-                .unwrap()
-                .connect_lazy();
-            LeaseServiceClient::new(channel)
-        })
+        .map(|endpoint| checker::lazy_client(endpoint))
         .collect();
     let name = format!("{}-witness-{replica}", checker.names[0]);
     let mut request = tonic::Request::new(AcquireRequest {

@@ -30,13 +30,7 @@ impl Client {
     fn new(index: usize, endpoints: &[String], first: usize) -> Self {
         let replicas = endpoints
             .iter()
-            .map(|endpoint| {
-                let channel = Channel::from_shared(endpoint.clone())
-                    .unwrap()
-                    .connect_timeout(Duration::from_secs(1))
-                    .connect_lazy();
-                LeaseServiceClient::new(channel)
-            })
+            .map(|endpoint| lazy_client(endpoint))
             .collect();
         Client {
             index,
@@ -52,6 +46,15 @@ impl Client {
     fn next_replica(&mut self) {
         self.current = (self.current + 1) % self.replicas.len();
     }
+}
+
+/// A client of the `leased` replica at `endpoint`, connecting on its first call (within 1 s).
+pub fn lazy_client(endpoint: &str) -> LeaseServiceClient<Channel> {
+    let channel = Channel::from_shared(endpoint.to_owned())
+        .unwrap()
+        .connect_timeout(Duration::from_secs(1))
+        .connect_lazy();
+    LeaseServiceClient::new(channel)
 }
 
 /// A grant as the holder sees it.
