@@ -3,7 +3,7 @@
 # tests need when it is missing, then runs every test: `cargo test` (Rust unit and integration
 # tests against a real redis-server), `pytest tests/python` (the Python client, the Helm chart and
 # the proto's buf checks), and the Go, Java and Node.js clients' own tests (each
-# `examples/<language>/test.sh` installs its toolchain); and it builds the book (scripts/docs.sh).
+# `clients/<language>/test.sh` installs its toolchain); and it builds the book (scripts/docs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +38,6 @@ scripts/docs.sh
 cargo test --locked
 .venv/bin/pytest -q tests/python
 for language in go java node; do
-  echo "== the $language client (examples/$language/test.sh)" >&2
-  "examples/$language/test.sh"
+  echo "== the $language client (clients/$language/test.sh)" >&2
+  "clients/$language/test.sh"
 done

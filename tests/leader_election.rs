@@ -2,7 +2,7 @@
 //! Redis: one leads, every candidate's Watch names it; the leader is killed with SIGKILL, and a
 //! follower takes over one TTL later with a larger fencing token, which the last follower's Watch
 //! reports after the expiry. (`tests/python/test_leader_election.py` does the same with
-//! `examples/python/leader_election.py`.)
+//! `clients/python/leader_election.py`.)
 
 mod common;
 

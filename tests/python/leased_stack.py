@@ -1,6 +1,6 @@
 """The stack the Python client's tests run against: a real redis-server and the real `leased`
 binary on ephemeral loopback ports (`running_stack`), and the helpers that start and stop them.
-Importing it puts examples/python on the path (`import leased_client` generates the stubs).
+Importing it puts clients/python on the path (`import leased_client` generates the stubs).
 
 The `leased` binary comes from $LEASED_BIN, else target/debug/leased (built with `cargo build` if
 missing).
@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples" / "python"
+EXAMPLES = REPO / "clients" / "python"
 sys.path.insert(0, str(EXAMPLES))
 
 from leased_client import LeaseClient, pb  # noqa: E402  (importing generates the stubs)

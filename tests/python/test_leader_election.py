@@ -1,4 +1,4 @@
-"""examples/python/leader_election.py as three real candidate processes against the real `leased`
+"""clients/python/leader_election.py as three real candidate processes against the real `leased`
 binary on a real redis-server: one leads and every candidate's Watch names it; the leader is
 killed with SIGKILL, and a follower takes over one TTL later with a larger fencing token, which the
 last follower's Watch reports after the expiry. (tests/leader_election.rs does the same with the
@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from leased_stack import EXAMPLES, running_stack  # puts examples/python on sys.path
+from leased_stack import EXAMPLES, running_stack  # puts clients/python on sys.path
 
 from leased_client import HolderInfo, LeaseClient  # noqa: E402
 

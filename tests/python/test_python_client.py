@@ -1,4 +1,4 @@
-"""The Python client in examples/python against the real `leased` binary and a real redis-server:
+"""The Python client in clients/python against the real `leased` binary and a real redis-server:
 leases, counting leases, lock-delay, the examples, Watch, CheckToken, List and Revoke, and loss
 when the server dies. Giving up a wait is in test_python_client_give_up.py; the stack and its
 fixtures are in leased_stack.py and conftest.py.
@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-# leased_stack first: it puts examples/python on the path.
+# leased_stack first: it puts clients/python on the path.
 from leased_stack import EXAMPLES, Stack, answers, running_stack, wait_until
 
 from leased_client import (  # noqa: E402  (importing generates the stubs)

@@ -1,4 +1,4 @@
-"""Own lease ids, retries and giving up a wait with the Python client in examples/python: against
+"""Own lease ids, retries and giving up a wait with the Python client in clients/python: against
 the real `leased` binary and a real redis-server, the same id answering the same grant, 100
 give-ups racing grants, and Acquires cut off by a proxy and retried; then the guard's timing, the
 retries and the give-up path against a scripted server (no network). The stack and its fixtures
@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import grpc
 import pytest
 
-# leased_stack first: it puts examples/python on the path.
+# leased_stack first: it puts clients/python on the path.
 from leased_stack import Stack, recording, wait_until
 
 from leased_client import (  # noqa: E402  (importing generates the stubs)

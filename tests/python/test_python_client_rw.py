@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-# leased_stack first: it puts examples/python on the path.
+# leased_stack first: it puts clients/python on the path.
 from leased_stack import Stack, recording, wait_until
 
 from leased_client import (  # noqa: E402  (importing generates the stubs)

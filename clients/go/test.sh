@@ -44,19 +44,19 @@ fi
 
 # GOPATH mode against Debian's sources: module mode would need the go.mod of every module that
 # Debian's grpc-go lists (envoyproxy, udpa, uuid, ...), which Debian does not ship and the
-# proxy cannot be asked for here. The package's import path is leased/examples/go, through a
+# proxy cannot be asked for here. The package's import path is leased/clients/go, through a
 # symlink in a private GOPATH.
 build="$here/.build"
 gopath="$build/gopath"
-mkdir -p "$gopath/src/leased/examples"
-ln -sfn "$here" "$gopath/src/leased/examples/go"
+mkdir -p "$gopath/src/leased/clients"
+ln -sfn "$here" "$gopath/src/leased/clients/go"
 export GO111MODULE=off GOPROXY=off GOFLAGS=
 # Pure Go: nothing here needs cgo, and Debian's golang-go only recommends gcc. The race
 # detector needs cgo: CGO_ENABLED=1 ./test.sh -race (with gcc installed).
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 export GOPATH="$gopath:/usr/share/gocode"
 export GOCACHE="${GOCACHE:-$build/cache}"
-cd "$gopath/src/leased/examples/go" # through the symlink: go derives import paths from $PWD
+cd "$gopath/src/leased/clients/go" # through the symlink: go derives import paths from $PWD
 
 go version
 go generate ./lease

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	leasev1 "leased/examples/go/gen/leasev1"
+	leasev1 "leased/clients/go/gen/leasev1"
 )
 
 // Client calls a leased server over a gRPC connection the caller owns (dial it with the

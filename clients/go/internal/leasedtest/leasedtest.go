@@ -19,7 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"leased/examples/go/lease"
+	"leased/clients/go/lease"
 )
 
 // startupTimeout is generous: the machine running the tests may be busy.
@@ -80,7 +80,7 @@ func Start() (*Stack, error) {
 func (s *Stack) StartLeased() (*Process, error) {
 	binary := os.Getenv("LEASED_BIN")
 	if binary == "" {
-		return nil, errors.New("LEASED_BIN is not set: run the tests through examples/go/test.sh")
+		return nil, errors.New("LEASED_BIN is not set: run the tests through clients/go/test.sh")
 	}
 	port, err := freePort()
 	if err != nil {

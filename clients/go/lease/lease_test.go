@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"leased/examples/go/internal/leasedtest"
-	"leased/examples/go/lease"
+	"leased/clients/go/internal/leasedtest"
+	"leased/clients/go/lease"
 )
 
 var stack *leasedtest.Stack

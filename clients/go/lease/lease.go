@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	leasev1 "leased/examples/go/gen/leasev1"
+	leasev1 "leased/clients/go/gen/leasev1"
 )
 
 // ErrLost matches (errors.Is) every error that Lease.Err returns.

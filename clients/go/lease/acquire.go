@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	leasev1 "leased/examples/go/gen/leasev1"
+	leasev1 "leased/clients/go/gen/leasev1"
 )
 
 // acquireRetries is how many times an Acquire that ended UNAVAILABLE, or whose stream ended

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	leasev1 "leased/examples/go/gen/leasev1"
-	"leased/examples/go/internal/leasedtest"
-	"leased/examples/go/lease"
+	leasev1 "leased/clients/go/gen/leasev1"
+	"leased/clients/go/internal/leasedtest"
+	"leased/clients/go/lease"
 )
 
 // serverCodec is the server side of lease's codec: grpc-go 1.33 has no per-server codec

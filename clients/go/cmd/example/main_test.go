@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"leased/examples/go/internal/leasedtest"
-	"leased/examples/go/lease"
+	"leased/clients/go/internal/leasedtest"
+	"leased/clients/go/lease"
 )
 
 var stack *leasedtest.Stack

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"leased/examples/go/lease"
+	"leased/clients/go/lease"
 )
 
 // mustBeHeld fails the test unless Describe shows name held with token (or free, for token 0).

@@ -21,7 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"leased/examples/go/lease"
+	"leased/clients/go/lease"
 )
 
 const (

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	leasev1 "leased/examples/go/gen/leasev1"
-	"leased/examples/go/internal/leasedtest"
-	"leased/examples/go/lease"
+	leasev1 "leased/clients/go/gen/leasev1"
+	"leased/clients/go/internal/leasedtest"
+	"leased/clients/go/lease"
 )
 
 // acquireRecorder records the Acquire requests sent on a connection: how many calls, with
