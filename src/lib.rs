@@ -8,19 +8,24 @@
 //!
 //! - [`proto`]: the generated `lease.v1` types and client (and server, with `server`).
 //! - [`client`]: the Rust client: `LeaseClient` and the self-renewing `LeaseGuard`.
-//!
-//! With `server`:
-//! - [`lease`]: the core: names, lease ids, limits, the [`lease::LeaseStore`] trait, the events
-//!   a store reports, and the waiting and watching of callers. It knows nothing of gRPC.
-//! - [`store`]: the Redis store (one Lua script per atomic operation) and the embedded store.
-//! - [`server`]: the tonic server: handlers, auth, health, reflection, connections, drain.
-//! - [`app`]: `leased serve` wired together: settings to options, the store, ports, signals.
-//! - [`config`]: `leased serve` flags and environment variables, plain settings.
-//! - [`cli`]: the client subcommands of the `leased` binary (`acquire`, `run`, ...).
-//! - [`error`]: the request error of the core and the startup error.
-//! - [`metrics`]: the Prometheus registry and its HTTP endpoint.
-//! - [`shutdown`]: the signal that starts the drain.
-//! - [`throttle`]: at most one line per interval for log lines that could repeat per request.
+// The server's modules are listed only in a build that has them, so that the docs of a
+// client-only build link to nothing it lacks.
+#![cfg_attr(
+    feature = "server",
+    doc = "
+With `server`:
+- [`lease`]: the core: names, lease ids, limits, the [`lease::LeaseStore`] trait, the events
+  a store reports, and the waiting and watching of callers. It knows nothing of gRPC.
+- [`store`]: the Redis store (one Lua script per atomic operation) and the embedded store.
+- [`server`]: the tonic server: handlers, auth, health, reflection, connections, drain.
+- [`app`]: `leased serve` wired together: settings to options, the store, ports, signals.
+- [`config`]: `leased serve` flags and environment variables, plain settings.
+- [`cli`]: the client subcommands of the `leased` binary (`acquire`, `run`, ...).
+- [`error`]: the request error of the core and the startup error.
+- [`metrics`]: the Prometheus registry and its HTTP endpoint.
+- [`shutdown`]: the signal that starts the drain.
+- [`throttle`]: at most one line per interval for log lines that could repeat per request."
+)]
 
 #[cfg(feature = "client")]
 pub mod client;

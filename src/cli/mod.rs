@@ -4,8 +4,8 @@
 //!
 //! Text that comes from the server (holders, names, lease ids, reasons, error messages) is never
 //! printed raw: a holder written by an older server or straight into Redis may hold terminal
-//! escapes or bidirectional overrides. Human output escapes them ([`Escaped`], holders quoted
-//! with `{:?}`); `--json` output escapes them as JSON `\uXXXX` ([`json_line`]).
+//! escapes or bidirectional overrides. Human output escapes them (`Escaped`, holders quoted
+//! with `{:?}`); `--json` output escapes them as JSON `\uXXXX` (`json_line`).
 
 mod admin;
 mod run;

@@ -13,6 +13,20 @@ const MAX_LIST_REPLY_BYTES: usize = 64 << 20;
 /// The operators' side of `leased`: list the leases held, and revoke one whose holder is wedged.
 /// Cheap to clone; clones share the HTTP/2 connection. The server grants `list` and `revoke`
 /// separately, `revoke` only to bearer tokens that name it.
+///
+/// ```no_run
+/// # use leased::client::{ClientError, LeaseAdminClient};
+/// # async fn example() -> Result<(), ClientError> {
+/// let admin = LeaseAdminClient::connect("http://127.0.0.1:50051").await?;
+/// for lease in admin.list_all("jobs/", 0).await? {
+///     println!("{} held by {} permit(s)", lease.name, lease.holders.len());
+/// }
+/// // End a wedged holder's grant (only if token 42 still holds it), with a reason for the audit
+/// // log and for the holder, whose next renewal answers lost.
+/// admin.revoke("jobs/nightly", "stuck for 2 h, INC-1234", Some(42)).await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct LeaseAdminClient {
     grpc: LeaseAdminServiceClient<Connection>,
@@ -32,6 +46,7 @@ pub struct ListPage {
 /// One held lease, as List shows it: never a lease id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedLease {
+    /// The lease's name.
     pub name: String,
     /// The limit in force: 1 for an exclusive or read-write lease, N for a counting lease.
     pub limit: u32,

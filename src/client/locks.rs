@@ -26,6 +26,21 @@ use super::{AcquireOptions, Acquired, ClientError, LeaseClient, LeaseGuard, NotG
 /// The guards of a lease are one [`LeaseGuard`]: when the lease is lost, every level sees it
 /// (`lost()`, `is_lost()`), and `lock` answers [`ClientError::Lost`] until every guard of that
 /// lease has ended; the next `lock` acquires the name again.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leased::client::{AcquireOptions, ClientError, LeaseClient, ReentrantLease};
+///
+/// # async fn example(client: LeaseClient) -> Result<(), ClientError> {
+/// let ledger = ReentrantLease::new(client, "ledger", AcquireOptions::new(Duration::from_secs(10)));
+/// let outer = ledger.lock().await?.expect("free"); // acquires the lease
+/// let inner = ledger.lock().await?.expect("ours"); // answers at once: the same lease
+/// assert_eq!(outer.fencing_token(), inner.fencing_token());
+/// inner.release().await?; // the lease is still held by `outer`
+/// outer.release().await?; // the last level releases it
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct ReentrantLease {
     client: LeaseClient,
@@ -178,6 +193,25 @@ impl Drop for ReentrantGuard {
 ///
 /// There is no upgrade from read to write, nor downgrade: release, then acquire again. (Two
 /// readers that both waited to upgrade would wait for each other for ever.)
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use leased::client::{AcquireOptions, Acquired, ClientError, LeaseClient, ReadWriteLease};
+///
+/// # async fn example(client: LeaseClient) -> Result<(), ClientError> {
+/// let options = AcquireOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(30));
+/// let config = ReadWriteLease::new(client, "config", options);
+/// if let Acquired::Granted(reader) = config.read().await? {
+///     // Other readers may hold `config` now too; no writer does.
+///     reader.release().await?;
+/// }
+/// if let Acquired::Granted(writer) = config.write().await? {
+///     // Nobody else holds `config`.
+///     writer.release().await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct ReadWriteLease {
     client: LeaseClient,

@@ -49,6 +49,8 @@
 //! [`LeaseClient::check_token`] asks whether a fencing token still holds its lease, and
 //! [`LeaseAdminClient`] lists the leases held and revokes one, for operators.
 
+#![warn(missing_docs)]
+
 mod acquire;
 mod admin;
 mod guard;
@@ -81,7 +83,9 @@ pub enum ClientError {
     /// The endpoint is malformed or the server cannot be reached.
     #[error("cannot connect to {endpoint}: {source}")]
     Connect {
+        /// The endpoint as given to [`LeaseClient::connect`].
         endpoint: String,
+        /// The transport's error: a malformed URI, a refused connection, a TLS failure.
         source: tonic::transport::Error,
     },
     /// The server answered with an error status (bad input, Redis unavailable, ...).
@@ -159,8 +163,12 @@ impl Interceptor for BearerToken {
 /// name at once, the lock-delay after an expiry, the mode, and (rarely) the lease id.
 #[derive(Clone)]
 pub struct AcquireOptions {
+    /// How long the lease lives without a renewal; the guard renews at a third of it.
     pub ttl: Duration,
+    /// How long to wait in line for a busy lease; zero (the default) answers at once.
     pub wait: Duration,
+    /// Who is asking, shown to other callers and operators: a host and process name, never a
+    /// secret (anyone who may Describe the lease reads it).
     pub holder: String,
     /// How many holders may hold the name at once: 0 (the default) or 1 is an exclusive lease.
     pub limit: u32,
@@ -291,7 +299,9 @@ pub enum Acquired {
 /// `held` 0 means nobody holds it right now, but it is being handed to a caller waiting ahead.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotGranted {
+    /// Who holds the lease (or the permit that frees soonest), as it named itself.
     pub holder: String,
+    /// That holder's fencing token.
     pub fencing_token: u64,
     /// Time until that holder's lease (permit) frees unless renewed, lock-delay included; `None`
     /// if it has no expiry.
@@ -331,7 +341,9 @@ impl NotGranted {
 /// lease id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CurrentHolder {
+    /// Who holds it, as it named itself.
     pub holder: String,
+    /// The holder's fencing token.
     pub fencing_token: u64,
     /// Time until the lease (this permit) frees unless renewed, lock-delay included; `None` if it
     /// has no expiry.
@@ -415,9 +427,13 @@ impl LeaseDescription {
 /// A lease as the server granted it, without a keepalive (what `leased acquire` prints).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrantedLease {
+    /// The lease's name.
     pub name: String,
+    /// The holder's secret: renew and release with it, never log or show it.
     pub lease_id: String,
+    /// The grant's fencing token: pass it to the resource the lease protects.
     pub fencing_token: u64,
+    /// The TTL the server granted.
     pub ttl: Duration,
     /// Unix milliseconds on the server's store clock.
     pub expires_at_ms: i64,
@@ -446,6 +462,18 @@ impl LeaseClient {
     }
 
     /// Connects with TLS settings and a bearer token (`https://` endpoints use TLS).
+    ///
+    /// ```no_run
+    /// # use leased::client::{ClientError, ConnectOptions, LeaseClient};
+    /// # async fn example() -> Result<(), ClientError> {
+    /// let options = ConnectOptions {
+    ///     token: std::env::var("LEASED_TOKEN").ok(),
+    ///     ..ConnectOptions::default()
+    /// };
+    /// let client = LeaseClient::connect_with("http://leased.internal:50051", &options).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect_with(
         endpoint: impl Into<String>,
         options: &ConnectOptions,
@@ -506,6 +534,25 @@ impl LeaseClient {
     /// the watch (bad name, no `watch` permission: the error may come from this call or as the
     /// first item), shuts down (`UNAVAILABLE`) or the connection breaks; watching again is safe,
     /// since the first event of every watch is a snapshot.
+    ///
+    /// A follower of leader election, which learns who leads without polling:
+    ///
+    /// ```no_run
+    /// use leased::client::{ClientError, LeaseClient};
+    /// use tokio_stream::StreamExt;
+    ///
+    /// # async fn example(client: LeaseClient) -> Result<(), ClientError> {
+    /// let mut events = client.watch("leader").await?;
+    /// while let Some(event) = events.next().await {
+    ///     let event = event?; // the stream's last item is the error that ended it
+    ///     match event.current_holder() {
+    ///         Some(leader) => println!("{} leads ({})", leader.holder, event.cause),
+    ///         None => println!("no leader ({})", event.cause),
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn watch(&self, name: &str) -> Result<WatchStream, ClientError> {
         let request = WatchRequest {
             name: name.to_owned(),
@@ -518,6 +565,16 @@ impl LeaseClient {
     /// CheckSequencer), for a resource that cannot store tokens itself. The answer can be stale by
     /// the time it arrives; a resource that keeps the highest token it has seen and rejects
     /// smaller ones is the stronger check. Token 0 is `INVALID_ARGUMENT`.
+    ///
+    /// ```no_run
+    /// # use leased::client::{ClientError, LeaseClient};
+    /// # async fn example(client: LeaseClient, token: u64) -> Result<(), ClientError> {
+    /// if !client.check_token("nightly-report", token).await?.current {
+    ///     return Ok(()); // that grant ended: refuse the write
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn check_token(
         &self,
         name: &str,

@@ -78,6 +78,7 @@ pub struct WatchedGrant {
 pub struct WatchEvent {
     /// The watched lease.
     pub name: String,
+    /// What happened (the first event is a [`WatchCause::Snapshot`]).
     pub cause: WatchCause,
     /// The grant the event is about: the new holder's ([`Granted`](WatchCause::Granted)), the one
     /// that ended ([`Released`](WatchCause::Released), [`Expired`](WatchCause::Expired),

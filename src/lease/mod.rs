@@ -1,6 +1,6 @@
 //! The lease core: domain types, input limits, the [`LeaseStore`] trait of the atomic operations
 //! that both stores implement, the [`StoreEvents`] they report into, and this replica's waiting
-//! callers ([`waiting`]) and watchers ([`watch`]), which [`Replica`] puts together. Every store
+//! callers (`waiting`) and watchers (`watch`), which [`Replica`] puts together. Every store
 //! keeps the rules in ARCHITECTURE.md, "Invariants". The core knows nothing of gRPC or Redis.
 
 mod events;
@@ -364,7 +364,7 @@ pub struct LeasePage {
 }
 
 /// Where lease state lives. Each method is one atomic step in the store; none of them waits for a
-/// busy lease (that policy lives in [`waiting`]).
+/// busy lease (that policy lives in `waiting`).
 ///
 /// Waiting callers queue in the store, first come, first served across every replica: an attempt
 /// with a queue `entry` joins the name's queue if it cannot be granted, and while anyone is queued

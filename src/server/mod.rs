@@ -2,7 +2,7 @@
 //! reflection, HTTP/2 limits and keepalive, the side listeners, and a drain on shutdown.
 //! Handlers are thin adapters over the lease core; nothing here holds lease state.
 //!
-//! - [`run`]: serves one store on given sockets until shutdown, then drains.
+//! - `run`: serves one store on given sockets until shutdown, then drains.
 //! - `options`: the server's settings and sockets; `routes`: which services each port carries;
 //!   `health`: statuses that follow the store and the drain.
 //! - `connections`: from `accept` to tonic: the connection cap, the handshake deadline, TLS.

@@ -1,13 +1,13 @@
 //! The Redis store: every operation is one Lua script (a function of one Redis Functions
-//! [`library`], loaded when missing), all keys of a lease share one hash tag, and time comes from
+//! `library`, loaded when missing), all keys of a lease share one hash tag, and time comes from
 //! Redis `TIME`. Waiters queue in Redis;
 //! the scripts wake the first in line on the name's shard channel (`SPUBLISH`), which a replica
 //! subscribes to (`SSUBSCRIBE`) only while it has waiters for that name or watches it. Nothing is
-//! polled per name: a replica proves it is alive with one heartbeat key ([`liveness`]), and
+//! polled per name: a replica proves it is alive with one heartbeat key (`liveness`), and
 //! re-reads a name only when something happened to it or messages may have been missed.
 //!
 //! Watching: the scripts that change a name's holders publish each change on the same channel
-//! (`g` granted, `r` released, `v` revoked: [`Published`](messages::Published)) while anyone
+//! (`g` granted, `r` released, `v` revoked: `messages::Published`) while anyone
 //! subscribes to it (`PUBSUB SHARDNUMSUB`: the subscription is the registration), which this
 //! replica reports
 //! ([`StoreEvents::changed`](crate::lease::StoreEvents::changed)). Whenever messages may have been
