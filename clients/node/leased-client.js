@@ -21,8 +21,15 @@
 //   const rw = new ReadWriteLock(client, 'catalog', { ttlMs: 15_000, waitMs: 60_000 });
 //   const reading = await rw.read(); // or rw.write(): a Lease (or NotGranted), as acquire gives
 //
-// The stubs are built when this module is loaded, by @grpc/proto-loader from the proto in
-// ../../proto: the proto stays the one source of truth and no generated code is committed.
+// Leader election's followers watch who holds a lease:
+//
+//   for await (const event of client.watch('leader/scheduler', { signal })) {
+//     console.log(event.cause, event.holders[0]?.holder ?? 'no leader');
+//   }
+//
+// The stubs are built when this module is loaded, by @grpc/proto-loader from the package's own
+// copy of the proto (./proto, copied from the repository's proto/ by `npm pack`'s prepack
+// script): the repository's proto stays the one source of truth and no generated code is kept.
 
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
@@ -47,7 +54,8 @@ export const ACQUIRE_RETRY_DELAY_MS = 50;
 /** Bounds the Release that follows a give-up: it is best effort, and the caller has left. */
 export const GIVE_UP_RELEASE_TIMEOUT_MS = 2000;
 
-export const PROTO_ROOT = fileURLToPath(new URL('../../proto', import.meta.url));
+/** The directory holding `lease/v1/lease.proto`: the package's own copy. */
+export const PROTO_ROOT = fileURLToPath(new URL('./proto', import.meta.url));
 
 // Each option below fixes something that otherwise fails quietly:
 const LOADER_OPTIONS = {
@@ -174,6 +182,22 @@ export class LeaseLostError extends Error {
  * @property {HolderInfo[]} holders   every permit taken, by increasing token (empty when free)
  * @property {number} limit           1 exclusive, N counting, 0 when free
  * @property {number} waiters         callers waiting, on every replica
+ */
+
+/**
+ * @typedef {object} WatchEvent  What happened to a watched lease (`LeaseClient.watch`).
+ * @property {string} name
+ * @property {'snapshot' | 'granted' | 'released' | 'expired' | 'revoked' | 'unspecified'} cause
+ *   'snapshot': the whole current state (the first event, and again whenever the server may have
+ *   missed events): replace what you knew with it
+ * @property {boolean} held           someone holds the lease after the event
+ * @property {string} holder          of the grant the event is about ('' in a free snapshot)
+ * @property {bigint} fencingToken    of that grant (0n in a free snapshot)
+ * @property {Date | null} expiresAt  of that grant, on the store's clock, as last known
+ * @property {number} limit           1 exclusive, N counting, 0 when free, after the event
+ * @property {HolderInfo[]} holders   every holder after the event, by increasing token: in
+ *                                    leader election `holders[0]` is the leader
+ * @property {string} reason          for 'revoked': the operator's reason
  */
 
 /**
@@ -477,6 +501,54 @@ export class LeaseClient extends EventEmitter {
     // A server from before counting leases sends only the single-holder fields.
     if (answer.held && holders.length === 0) holders.push(holderFrom(answer));
     return { name, held: answer.held, holders, limit: answer.limit, waiters: answer.waiters };
+  }
+
+  /**
+   * Follows who holds `name` (Watch), for leader election's followers and for dashboards: an
+   * async iterable of `WatchEvent`s, a `snapshot` first, then one event per change of holder.
+   *
+   * The server never ends a watch on its own: iteration ends quietly when `signal` aborts or the
+   * loop breaks (both cancel the call), and otherwise throws, with the gRPC error (UNAVAILABLE
+   * when the server shuts down or cannot be reached) or an Error if the stream ended without
+   * one. Watch again after an error: the new stream's snapshot restates the holder.
+   *
+   * @param {string} name @param {{signal?: AbortSignal}} [options]
+   * @returns {AsyncGenerator<WatchEvent, void, undefined>}
+   */
+  async *watch(name, { signal } = {}) {
+    if (signal?.aborted) return;
+    const call = this.#service.Watch({ name }, this.#metadata());
+    // The loop below hears every error; this listener only keeps the CANCELLED that follows a
+    // break (after the loop stopped listening) from being an unhandled 'error' event.
+    call.on('error', () => {});
+    const cancel = () => call.cancel();
+    signal?.addEventListener('abort', cancel, { once: true });
+    try {
+      for await (const event of call) yield watchEventFrom(event);
+    } catch (error) {
+      if (signal?.aborted && error?.code === status.CANCELLED) return;
+      throw error;
+    } finally {
+      signal?.removeEventListener('abort', cancel);
+      call.cancel();
+    }
+    // Silence must not pass for "no change": a stream that ends is a watch that stopped.
+    if (!signal?.aborted) throw new Error(`the server ended the Watch stream of ${JSON.stringify(name)}`);
+  }
+
+  /**
+   * Whether `fencingToken` is the token of a grant that holds `name` now (CheckToken), for a
+   * resource that cannot keep the largest token it has seen. Stale as soon as it is answered.
+   *
+   * @param {string} name @param {bigint} fencingToken
+   * @returns {Promise<{current: boolean, currentToken: bigint, held: boolean}>}
+   */
+  async checkToken(name, fencingToken) {
+    const answer = await this.#unary(this.#service, 'CheckToken', {
+      name,
+      fencingToken: fencingToken.toString(),
+    });
+    return { current: answer.current, currentToken: BigInt(answer.currentToken), held: answer.held };
   }
 
   /**
@@ -1016,6 +1088,22 @@ function holderFrom(info) {
     expiresAt: dateFrom(info.expiresAt),
     // Absent from the single-holder fields of a server from before counting leases.
     shared: info.shared ?? false,
+  };
+}
+
+/** @returns {WatchEvent} */
+function watchEventFrom(event) {
+  return {
+    name: event.name,
+    // 'CAUSE_GRANTED' -> 'granted'; a cause newer than this client reads as 'unspecified'.
+    cause: /^CAUSE_[A-Z]+$/.test(event.cause) ? event.cause.slice(6).toLowerCase() : 'unspecified',
+    held: event.held,
+    holder: event.holder,
+    fencingToken: BigInt(event.fencingToken),
+    expiresAt: dateFrom(event.expiresAt),
+    limit: event.limit,
+    holders: event.holders.map(holderFrom),
+    reason: event.reason,
   };
 }
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs the Node.js client's tests against a real leased on a real redis-server, installing what
-# they need first when it is missing: node and npm (Debian's nodejs, npm) and redis-server from
-# apt, the npm packages with `npm ci`. Safe to run again: the second time installs nothing.
+# Tests the Node.js client as users get it: `npm pack` makes the package's tarball, which is
+# installed into a consumer project outside clients/node (<target>/node-client: test/'s files,
+# package.json and lockfile), and the tests run there, importing `leased-client` from
+# node_modules, against a real leased on a real redis-server. Installs what is missing first:
+# node, npm and redis-server from apt, the consumer's npm packages with `npm ci`. Safe to run
+# again: the second time installs only the fresh tarball.
 #
 # LEASED_BIN picks the server binary (default: <repo>/target/debug/leased, built if missing).
 # LEASED_NODE_RACE_CONTROL=1 also runs the give-up race without the Release after the cancel,
@@ -22,15 +25,6 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cd "$here"
-# npm ci wipes node_modules and reinstalls: only do it when the lockfile changed since the last.
-stamp=node_modules/.leased-lock-sha256
-lock_sum="$(sha256sum package-lock.json | cut -d' ' -f1)"
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$lock_sum" ]]; then
-  npm ci --no-audit --no-fund
-  echo "$lock_sum" >"$stamp"
-fi
-
 if [[ -z "${LEASED_BIN:-}" ]]; then
   export LEASED_BIN="$repo/target/debug/leased"
   if [[ ! -x "$LEASED_BIN" ]]; then
@@ -38,5 +32,24 @@ if [[ -z "${LEASED_BIN:-}" ]]; then
   fi
 fi
 
-echo "node $(node --version), npm $(npm --version 2>/dev/null), leased: $LEASED_BIN"
-node --test test/*.test.js
+npm_flags=(--prefer-offline --no-audit --no-fund --loglevel=error)
+consumer="${CARGO_TARGET_DIR:-$repo/target}/node-client"
+mkdir -p "$consumer"
+# The package, as `npm publish` would upload it (prepack copies the proto in).
+tarball="$(cd "$here" && npm pack --silent --pack-destination "$consumer")"
+# The consumer project: everything but its node_modules is replaced by test/'s files.
+find "$consumer" -mindepth 1 -maxdepth 1 ! -name node_modules ! -name "$tarball" -exec rm -rf {} +
+cp -r "$here/test/." "$consumer/"
+cd "$consumer"
+# npm ci wipes node_modules and reinstalls: only do it when the lockfile changed since the last.
+stamp=node_modules/.leased-lock-sha256
+lock_sum="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$lock_sum" ]]; then
+  npm ci "${npm_flags[@]}"
+  echo "$lock_sum" >"$stamp"
+fi
+# --no-save: the tarball's name and checksum change with every build, the lockfile must not.
+npm install --no-save "${npm_flags[@]}" "./$tarball"
+
+echo "node $(node --version), npm $(npm --version), $tarball ($(stat -c %s "$tarball") bytes), leased: $LEASED_BIN"
+node --test ./*.test.js

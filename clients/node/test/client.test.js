@@ -10,8 +10,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import { Lease, LeaseClient, LeaseLostError, NotGranted, status } from '../leased-client.js';
+import { Lease, LeaseClient, LeaseLostError, NotGranted, status } from 'leased-client';
 import { startStack, waitFor } from './stack.js';
+
+/** The guard example as the package installs it (this file runs in a consumer project). */
+const example = fileURLToPath(new URL('node_modules/leased-client/examples/guard.js', import.meta.url));
 
 let stack;
 /** Three clients, as three processes of a fleet would have; each its own connection. */
@@ -167,7 +170,6 @@ test('a caller that times out its wait is told at once and leaves the queue', { 
 });
 
 test('the example program acquires, works and releases', { timeout: 60_000 }, async () => {
-  const example = fileURLToPath(new URL('../example.js', import.meta.url));
   const { stdout } = await promisify(execFile)(
     process.execPath,
     [example, '--target', stack.target, '--name', 'node-example', '--work-ms', '1500', '--ttl-ms', '900'],
@@ -179,7 +181,6 @@ test('the example program acquires, works and releases', { timeout: 60_000 }, as
 });
 
 test('two example programs with --read hold the lease together', { timeout: 60_000 }, async () => {
-  const example = fileURLToPath(new URL('../example.js', import.meta.url));
   const args = [example, '--target', stack.target, '--name', 'node-example-read', '--read'];
   // Try once (--wait-ms 0) while the other works for 2 s: only a shared grant lets both in.
   const run = () =>
@@ -196,7 +197,6 @@ test('the example program gives its wait up on Ctrl-C', { timeout: 60_000 }, asy
   const name = 'node-example-interrupted';
   const holder = await a.acquire(name, { ttlMs: 10_000, holder: 'someone-else' });
   try {
-    const example = fileURLToPath(new URL('../example.js', import.meta.url));
     const child = spawn(process.execPath, [example, '--target', stack.target, '--name', name]);
     let stdout = '';
     child.stdout.on('data', (data) => (stdout += data));

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { LeaseClient } from '../leased-client.js';
+import { LeaseClient } from 'leased-client';
 import { startStack, waitFor } from './stack.js';
 
 const TRIES = 100;

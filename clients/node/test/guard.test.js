@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { Lease } from '../leased-client.js';
+import { Lease } from 'leased-client';
 
 const TTL_MS = 1500;
 const TRUST_MS = TTL_MS - TTL_MS / 20;

@@ -14,7 +14,7 @@ import {
   NotGranted,
   ReadWriteLock,
   ReentrantLock,
-} from '../leased-client.js';
+} from 'leased-client';
 import { recordCalls } from './faults.js';
 import { startStack, waitFor } from './stack.js';
 

@@ -9,7 +9,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { after, before, test } from 'node:test';
 
-import { ACQUIRE_RETRIES, Lease, LeaseClient, status } from '../leased-client.js';
+import { ACQUIRE_RETRIES, Lease, LeaseClient, status } from 'leased-client';
 import { loseTheFirstGrant, recordCalls, startProxy } from './faults.js';
 import { startStack, waitFor } from './stack.js';
 

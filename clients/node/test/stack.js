@@ -1,7 +1,7 @@
 // Starts a real redis-server and a real leased on free loopback ports, for the tests.
 //
-// The leased binary is $LEASED_BIN, else <repo>/target/debug/leased (test.sh builds it if
-// missing). Both processes log into a temporary directory, shown when one of them dies early.
+// The leased binary is $LEASED_BIN (test.sh sets it, and builds the binary if missing): these
+// files run from a consumer project outside the repository, where no relative path leads to it. Both processes log into a temporary directory, shown when one of them dies early.
 
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -9,16 +9,16 @@ import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { LeaseClient } from '../leased-client.js';
+import { LeaseClient } from 'leased-client';
 
-const REPO = fileURLToPath(new URL('../../..', import.meta.url));
 const STARTUP_TIMEOUT_MS = 20_000;
 
 export function leasedBinary() {
-  return process.env.LEASED_BIN ?? join(REPO, 'target', 'debug', 'leased');
+  const binary = process.env.LEASED_BIN;
+  if (!binary) throw new Error('LEASED_BIN is not set: run the tests with clients/node/test.sh');
+  return binary;
 }
 
 /** A free loopback port (the OS picks it; a race with other processes is unlikely). */

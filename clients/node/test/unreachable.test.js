@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { Lease, LeaseClient } from '../leased-client.js';
+import { Lease, LeaseClient } from 'leased-client';
 import { kill, startStack } from './stack.js';
 
 const TTL_MS = 3000;

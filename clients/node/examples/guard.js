@@ -2,7 +2,8 @@
 // Holds a lease while doing some work, the way a job that must not run twice would:
 // acquire (waiting if busy), work until done or until the lease is lost, release.
 //
-//   node example.js --target 127.0.0.1:50051 --name nightly-report --work-ms 5000
+//   node node_modules/leased-client/examples/guard.js --target 127.0.0.1:50051 \
+//     --name nightly-report --work-ms 5000
 //
 // Ctrl-C while waiting gives the wait up (the call is cancelled and its lease id released, so a
 // grant made meanwhile does not outlive us); Ctrl-C while working stops the work and releases.
@@ -12,7 +13,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 
-import { LeaseClient, NotGranted } from './leased-client.js';
+import { LeaseClient, NotGranted } from 'leased-client';
 
 const { values: args } = parseArgs({
   options: {
