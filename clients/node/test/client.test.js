@@ -1,6 +1,7 @@
 // The Node.js client against a real leased on a real redis-server: grant and keepalive,
 // contention, handover to a waiter, loss told by the server (revoke, release by another client),
-// bad input, and the example program (alone, two readers at once, interrupted).
+// bad input, the example program (alone, two readers at once, interrupted), the locks example,
+// and that the README's code is the examples' code.
 
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
@@ -8,13 +9,15 @@ import { once } from 'node:events';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 
 import { Lease, LeaseClient, LeaseLostError, NotGranted, status } from 'leased-client';
 import { startStack, waitFor } from './stack.js';
 
-/** The guard example as the package installs it (this file runs in a consumer project). */
-const example = fileURLToPath(new URL('node_modules/leased-client/examples/guard.js', import.meta.url));
+/** A file of the package as installed (this file runs in a consumer project). */
+const installed = (path) => fileURLToPath(new URL(`node_modules/leased-client/${path}`, import.meta.url));
+const example = installed('examples/guard.js');
 
 let stack;
 /** Three clients, as three processes of a fleet would have; each its own connection. */
@@ -211,5 +214,27 @@ test('the example program gives its wait up on Ctrl-C', { timeout: 60_000 }, asy
     assert.equal(description.waiters, 0);
   } finally {
     await holder.release();
+  }
+});
+
+test('the locks example nests the reentrant lock and shares the read lock', { timeout: 60_000 }, async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, [installed('examples/locks.js'), '--target', stack.target], {
+    timeout: 30_000,
+  });
+  assert.match(stdout, /post -10 to alice, token (\d+), level 2\npost 10 to bob, token \1, level 2\n/);
+  assert.match(stdout, /readers: 2, all shared: true/);
+  assert.match(stdout, /writer alone with token \d+/);
+  assert.equal((await a.describe('ledger')).held, false);
+  assert.equal((await a.describe('catalog')).held, false);
+});
+
+test("the README's code blocks are excerpts of the examples, which the tests run", () => {
+  // A block that starts `// examples/<file>.js` shows lines of that file, unchanged.
+  const readme = readFileSync(installed('README.md'), 'utf8');
+  const blocks = [...readme.matchAll(/```js\n\/\/ (examples\/[\w-]+\.js)\n([^]*?)```/g)];
+  const shown = new Set(blocks.map(([, file]) => file));
+  assert.deepEqual([...shown].sort(), ['examples/guard.js', 'examples/leader-election.js', 'examples/locks.js']);
+  for (const [, file, code] of blocks) {
+    assert.ok(readFileSync(installed(file), 'utf8').includes(code), `the README shows ${file} otherwise:\n${code}`);
   }
 });

@@ -9,6 +9,7 @@ import { createWriteStream, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { LeaseClient } from 'leased-client';
@@ -124,6 +125,26 @@ export async function startStack() {
     await stop();
     throw error;
   }
+}
+
+/**
+ * For a test file that needs one stack and one client of it: starts both before the file's
+ * tests and stops both after them. `stack` and `client` of the returned object are set once the
+ * tests run.
+ *
+ * @returns {{stack: Awaited<ReturnType<typeof startStack>> | null, client: LeaseClient | null}}
+ */
+export function stackWithClient() {
+  const fixture = { stack: null, client: null };
+  before(async () => {
+    fixture.stack = await startStack();
+    fixture.client = new LeaseClient(fixture.stack.target);
+  });
+  after(async () => {
+    await fixture.client?.close();
+    await fixture.stack?.stop();
+  });
+  return fixture;
 }
 
 /** Polls `condition` every 20 ms until it is true; throws after `timeoutMs`. */

@@ -3,28 +3,17 @@
 
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { Lease, LeaseClient } from 'leased-client';
-import { kill, startStack } from './stack.js';
+import { Lease } from 'leased-client';
+import { kill, stackWithClient } from './stack.js';
 
 const TTL_MS = 3000;
-let stack;
-let client;
-
-before(async () => {
-  stack = await startStack();
-  client = new LeaseClient(stack.target);
-});
-
-after(async () => {
-  await client?.close();
-  await stack?.stop();
-});
+const fixture = stackWithClient();
 
 test('a killed server is reported as a loss before the lease could expire', { timeout: 30_000 }, async () => {
-  const lease = await client.acquire('node-unreachable', { ttlMs: TTL_MS });
+  const lease = await fixture.client.acquire('node-unreachable', { ttlMs: TTL_MS });
   assert.ok(lease instanceof Lease);
   const lost = once(lease, 'lost');
   // Past the first renewal (at a third of the TTL), halfway to the second.
@@ -36,7 +25,7 @@ test('a killed server is reported as a loss before the lease could expire', { ti
   const trustedForMs = lease.trustedForMs;
   const killedAt = performance.now();
   const lastRenewalSentAt = killedAt + trustedForMs - (TTL_MS - TTL_MS / 20);
-  await kill(stack.leased, 'SIGKILL');
+  await kill(fixture.stack.leased, 'SIGKILL');
 
   const [reason] = await lost;
   const lostAt = performance.now();
