@@ -25,15 +25,16 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+target="${CARGO_TARGET_DIR:-$repo/target}"
 if [[ -z "${LEASED_BIN:-}" ]]; then
-  export LEASED_BIN="$repo/target/debug/leased"
+  export LEASED_BIN="$target/debug/leased"
   if [[ ! -x "$LEASED_BIN" ]]; then
     (cd "$repo" && cargo build --bin leased)
   fi
 fi
 
 npm_flags=(--prefer-offline --no-audit --no-fund --loglevel=error)
-consumer="${CARGO_TARGET_DIR:-$repo/target}/node-client"
+consumer="$target/node-client"
 mkdir -p "$consumer"
 # The package, as `npm publish` would upload it (prepack copies the proto in).
 tarball="$(cd "$here" && npm pack --silent --pack-destination "$consumer")"
