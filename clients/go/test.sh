@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# Builds the Go client and runs its tests against a real leased on Redis.
+# Tests the Go client module (github.com/leased-dev/leased/clients/go) against a real leased on
+# a real redis-server, in module mode and offline, from Debian 12's packages: Go 1.19, grpc-go
+# 1.33.3 and protobuf-go 1.28.1 (their sources under /usr/share/gocode), protoc and
+# protoc-gen-go-grpc. Installs what is missing (as root), then:
+#   1. checks that the committed stubs in leasepb/ are what generate.sh makes from proto/;
+#   2. gofmt, go vet and go test ./... (extra arguments go to go test, e.g. -run Revoke);
+#   3. zips the module as a proxy would serve it, serves it from a file:// proxy, and builds and
+#      runs consumer-test/ (a separate module) against it: the module as a user installs it.
 #
-# Everything comes from Debian 12 packages (the Go module proxy is not needed): the Go
-# toolchain, protoc, protoc-gen-go-grpc and the sources of grpc-go and the protobuf runtime
-# under /usr/share/gocode, built in GOPATH mode (see docs/src/clients/go.md for why).
-# Installs what is missing (as root), generates the stubs into gen/ (not checked in), checks
-# gofmt and go vet, then runs go test. Extra arguments go to `go test` (e.g. -run Revoke).
+# Offline: the Go module proxy is unreachable here, and Debian does not ship the go.mod of every
+# module in grpc-go's requirement graph. So the module's own go.mod stays as users need it, and
+# the test builds use copies (.build/test.mod, .build/consumer/go.mod) with replace directives:
+# each dependency to Debian's source tree, and each module Debian lacks to an empty stand-in
+# (only its go.mod is ever read: none of its packages is built, or the build would fail).
 #
-# LEASED_BIN: the leased binary to test against; default <repo>/target/debug/leased, built
-# with cargo if missing.
+# LEASED_BIN: the leased binary to test against; default <target>/debug/leased, built with
+# cargo if missing. SKIP_CONSUMER=1 skips step 3 (e.g. with -run).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+version=v0.1.0 # the version the consumer installs; tag clients/go/v0.1.0 to publish it
 
 packages=(
   golang-go                  # go 1.19
-  golang-google-grpc-dev     # google.golang.org/grpc 1.33
-  golang-google-protobuf-dev # google.golang.org/protobuf 1.28 (runtime, and protoc-gen-go's source)
+  golang-google-grpc-dev     # google.golang.org/grpc 1.33.3
+  golang-google-protobuf-dev # google.golang.org/protobuf 1.28.1 (runtime, and protoc-gen-go's source)
   protoc-gen-go-grpc
   protobuf-compiler          # protoc
   libprotobuf-dev            # google/protobuf/timestamp.proto, which lease.proto imports
   redis-server
+  git # lists the files a tag would hold, for the module zip
 )
 missing=()
 for package in "${packages[@]}"; do
@@ -36,31 +45,70 @@ if ((${#missing[@]})); then
 fi
 
 if [[ -z ${LEASED_BIN:-} ]]; then
-  export LEASED_BIN="$repo/target/debug/leased"
+  export LEASED_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/leased"
   if [[ ! -x $LEASED_BIN ]]; then
     (cd "$repo" && cargo build --bin leased)
   fi
 fi
 
-# GOPATH mode against Debian's sources: module mode would need the go.mod of every module that
-# Debian's grpc-go lists (envoyproxy, udpa, uuid, ...), which Debian does not ship and the
-# proxy cannot be asked for here. The package's import path is leased/clients/go, through a
-# symlink in a private GOPATH.
 build="$here/.build"
-gopath="$build/gopath"
-mkdir -p "$gopath/src/leased/clients"
-ln -sfn "$here" "$gopath/src/leased/clients/go"
-export GO111MODULE=off GOPROXY=off GOFLAGS=
+mkdir -p "$build"
+export GO111MODULE=on GOPROXY=off GOSUMDB=off GOFLAGS= GOWORK=off
+export GOPATH="$build/gopath" GOMODCACHE="$build/modcache"
+export GOCACHE="${GOCACHE:-$build/cache}"
 # Pure Go: nothing here needs cgo, and Debian's golang-go only recommends gcc. The race
 # detector needs cgo: CGO_ENABLED=1 ./test.sh -race (with gcc installed).
 export CGO_ENABLED="${CGO_ENABLED:-0}"
-export GOPATH="$gopath:/usr/share/gocode"
-export GOCACHE="${GOCACHE:-$build/cache}"
-cd "$gopath/src/leased/clients/go" # through the symlink: go derives import paths from $PWD
-
+cd "$here"
 go version
-go generate ./lease
-unformatted=$(gofmt -l lease cmd internal)
+
+# The replace directives for the offline builds: walks the requirement graph from go.mod through
+# the go.mod files of Debian's trees, one "module directory" line per module met.
+debian=/usr/share/gocode/src
+replacements() {
+  local -A seen=()
+  local queue=("$here/go.mod") file module dir
+  while ((${#queue[@]})); do
+    file=${queue[0]}
+    queue=("${queue[@]:1}")
+    for module in $(awk '/^require \(/ { block = 1; next } block && /^\)/ { block = 0 }
+        block && NF && $1 !~ /^\/\// { print $1 } /^require [^(]/ { print $2 }' "$file"); do
+      [[ -n ${seen[$module]:-} ]] && continue
+      seen[$module]=1
+      if [[ -f $debian/$module/go.mod ]]; then
+        dir=$debian/$module
+        queue+=("$dir/go.mod")
+      else
+        dir=$build/stand-in/$module
+        mkdir -p "$dir"
+        printf '// Stand-in for a module Debian does not ship (see test.sh).\nmodule %s\n' "$module" >"$dir/go.mod"
+      fi
+      echo "$module $dir"
+    done
+  done
+}
+# replace_all <go.mod>: adds every replacement to that go.mod.
+replace_all() {
+  local module dir edits=()
+  while read -r module dir; do edits+=("-replace=$module=$dir"); done <"$build/replacements"
+  go mod edit "${edits[@]}" "$1"
+}
+replacements >"$build/replacements"
+cp go.mod "$build/test.mod"
+replace_all "$build/test.mod"
+go mod tidy -modfile="$build/test.mod"
+export GOFLAGS="-modfile=$build/test.mod" # every go command below on the module itself
+
+# 1. The committed stubs are what the proto gives today.
+rm -rf "$build/gen"
+./generate.sh "$build/gen"
+if ! diff -ru leasepb "$build/gen/leasepb" --exclude=doc.go; then
+  echo "leasepb/ differs from what generate.sh makes from proto/: run clients/go/generate.sh and commit" >&2
+  exit 1
+fi
+
+# 2. Format, vet, and the module's own tests against the real server.
+unformatted=$(gofmt -l $(git ls-files -co --exclude-standard "*.go"))
 if [[ -n $unformatted ]]; then
   echo "gofmt would change:" >&2
   echo "$unformatted" >&2
@@ -68,3 +116,27 @@ if [[ -n $unformatted ]]; then
 fi
 go vet ./...
 go test -count=1 -v "$@" ./...
+[[ -n ${SKIP_CONSUMER:-} ]] && exit 0
+
+# 3. The module as installed: its zip, served by a file:// proxy, in a separate consumer module.
+module=$(go list -m)
+proxy="$build/proxy"
+rm -rf "$proxy" "$build/consumer" "$GOMODCACHE/cache/download/$module" "$GOMODCACHE/$module@$version"
+mkdir -p "$proxy/$module/@v"
+(cd tools/modzip && GOFLAGS= go build -o "$build/bin/modzip" .)
+git ls-files -co --exclude-standard | "$build/bin/modzip" "$module@$version" >"$proxy/$module/@v/$version.zip"
+cp go.mod "$proxy/$module/@v/$version.mod"
+echo "$version" >"$proxy/$module/@v/list"
+printf '{"Version":"%s","Time":"%s"}\n' "$version" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$proxy/$module/@v/$version.info"
+echo "module zip: $(wc -c <"$proxy/$module/@v/$version.zip") bytes ($module@$version)"
+go build -o "$build/bin/withleased" ./internal/leasedtest/withleased
+
+cp -r consumer-test "$build/consumer"
+replace_all "$build/consumer/go.mod"
+(
+  cd "$build/consumer"
+  export GOFLAGS= GOPROXY="file://$proxy"
+  go get "$module/lease@$version" # what a user runs (with the real proxy, no replacements)
+  go build -o "$build/bin/leased-consumer" .
+)
+"$build/bin/withleased" -- "$build/bin/leased-consumer"

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	leasev1 "leased/clients/go/gen/leasev1"
+	"github.com/leased-dev/leased/clients/go/leasepb"
 )
 
 // acquireRetries is how many times an Acquire that ended UNAVAILABLE, or whose stream ended
@@ -72,7 +72,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts Options) (*Lease
 	if holder == "" {
 		holder = DefaultHolder()
 	}
-	request := &leasev1.AcquireRequest{
+	request := &leasepb.AcquireRequest{
 		Name:        name,
 		Holder:      holder,
 		TtlMs:       millis(opts.TTL),
@@ -150,7 +150,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 // its call is already cancelled, so Release(name, id) now ends a grant that raced the give-up,
 // whichever way the race went. The release is best effort: it is reported to onGiveUp, never
 // returned. It returns err, the reason for giving up.
-func (c *Client) giveUp(ctx, base context.Context, request *leasev1.AcquireRequest, onGiveUp func(GiveUp), err error) error {
+func (c *Client) giveUp(ctx, base context.Context, request *leasepb.AcquireRequest, onGiveUp func(GiveUp), err error) error {
 	if ctx.Err() != nil {
 		err = ctx.Err() // the caller's reason, whatever the call answered meanwhile
 	}
@@ -169,18 +169,18 @@ func (c *Client) giveUp(ctx, base context.Context, request *leasev1.AcquireReque
 // acquireCall is one Acquire stream. A goroutine reads it and hands each message to the caller,
 // until the terminal message or the end of the stream.
 type acquireCall struct {
-	stream   leasev1.LeaseService_AcquireClient
+	stream   leasepb.LeaseService_AcquireClient
 	cancel   context.CancelFunc // ends the call
 	messages chan acquireMessage
 	done     chan struct{} // closed when the reader has returned, after the stream ended
 }
 
 type acquireMessage struct {
-	response *leasev1.AcquireResponse
+	response *leasepb.AcquireResponse
 	err      error
 }
 
-func (c *Client) startAcquire(base context.Context, request *leasev1.AcquireRequest) (*acquireCall, error) {
+func (c *Client) startAcquire(base context.Context, request *leasepb.AcquireRequest) (*acquireCall, error) {
 	wait := time.Duration(request.WaitMs) * time.Millisecond
 	callCtx, cancel := context.WithTimeout(base, wait+acquireSlack)
 	stream, err := c.rpc.Acquire(callCtx, request, callOptions...)
@@ -200,7 +200,7 @@ func (c *Client) startAcquire(base context.Context, request *leasev1.AcquireRequ
 
 // answer waits for the call's terminal message: a grant, a *NotGranted, or an error (ctx.Err()
 // when the caller gave up; the call is then cancelled, and has ended).
-func (a *acquireCall) answer(ctx context.Context, onWaiting func(Waiting)) (*leasev1.Granted, *NotGranted, error) {
+func (a *acquireCall) answer(ctx context.Context, onWaiting func(Waiting)) (*leasepb.Granted, *NotGranted, error) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -211,13 +211,13 @@ func (a *acquireCall) answer(ctx context.Context, onWaiting func(Waiting)) (*lea
 				return nil, nil, message.err
 			}
 			switch result := message.response.Result.(type) {
-			case *leasev1.AcquireResponse_Waiting:
+			case *leasepb.AcquireResponse_Waiting:
 				if onWaiting != nil {
 					onWaiting(waitingFrom(result.Waiting))
 				}
-			case *leasev1.AcquireResponse_NotGranted:
+			case *leasepb.AcquireResponse_NotGranted:
 				return nil, notGrantedFrom(result.NotGranted), nil
-			case *leasev1.AcquireResponse_Granted:
+			case *leasepb.AcquireResponse_Granted:
 				if err := ctx.Err(); err != nil {
 					// ctx ended while OnWaiting ran: the caller gave up, so the grant is not theirs.
 					a.end()
@@ -276,13 +276,13 @@ func (a *acquireCall) drain() {
 }
 
 // guard starts the keepalive of a fresh grant and hands the lease over.
-func (c *Client) guard(ctx, base context.Context, granted *leasev1.Granted, shared bool, requestedAt time.Time) (*Lease, *NotGranted, error) {
+func (c *Client) guard(ctx, base context.Context, granted *leasepb.Granted, shared bool, requestedAt time.Time) (*Lease, *NotGranted, error) {
 	ttl := time.Duration(granted.TtlMs) * time.Millisecond
 	keepaliveCtx, stop := context.WithCancel(base)
 	renewals := &renewer{
 		client:  c,
 		ctx:     keepaliveCtx,
-		request: &leasev1.RenewRequest{Name: granted.Name, LeaseId: granted.LeaseId},
+		request: &leasepb.RenewRequest{Name: granted.Name, LeaseId: granted.LeaseId},
 	}
 	trustFrom := requestedAt
 	// After a long wait, "a TTL after the request" may be nearly over although the grant is
@@ -333,7 +333,7 @@ func (c *Client) notGrantedNow(ctx context.Context, name string) (*NotGranted, e
 	return busy, nil
 }
 
-func waitingFrom(w *leasev1.Waiting) Waiting {
+func waitingFrom(w *leasepb.Waiting) Waiting {
 	return Waiting{
 		Holder:       w.Holder,
 		FencingToken: w.FencingToken,
@@ -344,7 +344,7 @@ func waitingFrom(w *leasev1.Waiting) Waiting {
 	}
 }
 
-func notGrantedFrom(n *leasev1.NotGranted) *NotGranted {
+func notGrantedFrom(n *leasepb.NotGranted) *NotGranted {
 	return &NotGranted{
 		Holder:       n.Holder,
 		FencingToken: n.FencingToken,

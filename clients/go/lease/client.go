@@ -8,22 +8,22 @@ import (
 
 	"google.golang.org/grpc"
 
-	leasev1 "leased/clients/go/gen/leasev1"
+	"github.com/leased-dev/leased/clients/go/leasepb"
 )
 
 // Client calls a leased server over a gRPC connection the caller owns (dial it with the
 // transport credentials and per-RPC credentials the server needs; close it when done). It is
 // safe for concurrent use.
 type Client struct {
-	rpc   leasev1.LeaseServiceClient
-	admin leasev1.LeaseAdminServiceClient
+	rpc   leasepb.LeaseServiceClient
+	admin leasepb.LeaseAdminServiceClient
 }
 
 // NewClient returns a client that makes its calls on conn.
 func NewClient(conn grpc.ClientConnInterface) *Client {
 	return &Client{
-		rpc:   leasev1.NewLeaseServiceClient(conn),
-		admin: leasev1.NewLeaseAdminServiceClient(conn),
+		rpc:   leasepb.NewLeaseServiceClient(conn),
+		admin: leasepb.NewLeaseAdminServiceClient(conn),
 	}
 }
 
@@ -134,26 +134,32 @@ func DefaultHolder() string {
 // Describe reports who holds name now. Errors are gRPC status errors, unwrapped, so that
 // status.Code(err) works (grpc-go 1.33 does not look through wrapped errors).
 func (c *Client) Describe(ctx context.Context, name string) (*Description, error) {
-	reply, err := c.rpc.Describe(ctx, &leasev1.DescribeRequest{Name: name}, callOptions...)
+	reply, err := c.rpc.Describe(ctx, &leasepb.DescribeRequest{Name: name}, callOptions...)
 	if err != nil {
 		return nil, err
 	}
-	description := &Description{Held: reply.Held, Limit: reply.Limit, Waiters: reply.Waiters}
-	for _, h := range reply.Holders {
-		description.Holders = append(description.Holders, Holder{
+	return &Description{Held: reply.Held, Holders: holdersFrom(reply.Holders), Limit: reply.Limit,
+		Waiters: reply.Waiters}, nil
+}
+
+// holdersFrom converts the wire's holders (Describe, Watch).
+func holdersFrom(infos []*leasepb.HolderInfo) []Holder {
+	var holders []Holder
+	for _, h := range infos {
+		holders = append(holders, Holder{
 			Holder:       h.Holder,
 			FencingToken: h.FencingToken,
 			Remaining:    remaining(h.RemainingMs),
 			Shared:       h.Shared,
 		})
 	}
-	return description, nil
+	return holders
 }
 
 // Release ends a lease by its id, for a process that kept the id (a lease held through a
 // *Lease is released with Lease.Release). It reports whether that id still held the lease.
 func (c *Client) Release(ctx context.Context, name, leaseID string) (bool, error) {
-	reply, err := c.rpc.Release(ctx, &leasev1.ReleaseRequest{Name: name, LeaseId: leaseID},
+	reply, err := c.rpc.Release(ctx, &leasepb.ReleaseRequest{Name: name, LeaseId: leaseID},
 		callOptions...)
 	if err != nil {
 		return false, err
@@ -165,7 +171,7 @@ func (c *Client) Release(ctx context.Context, name, leaseID string) (bool, error
 // holder's next renewal answers lost with "revoked: " and reason. A non-zero fencingToken
 // revokes only the grant with that token. It reports whether a grant was revoked.
 func (c *Client) Revoke(ctx context.Context, name, reason string, fencingToken uint64) (bool, error) {
-	request := &leasev1.RevokeRequest{Name: name, Reason: reason, FencingToken: fencingToken}
+	request := &leasepb.RevokeRequest{Name: name, Reason: reason, FencingToken: fencingToken}
 	reply, err := c.admin.Revoke(ctx, request, callOptions...)
 	if err != nil {
 		return false, err

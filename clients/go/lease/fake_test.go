@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	leasev1 "leased/clients/go/gen/leasev1"
-	"leased/clients/go/internal/leasedtest"
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/internal/leasedtest"
+	"github.com/leased-dev/leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/leasepb"
 )
 
 // serverCodec is the server side of lease's codec: grpc-go 1.33 has no per-server codec
@@ -35,26 +35,26 @@ func (serverCodec) Name() string { return "proto" }
 
 // lateRenewals grants every Acquire, and answers each renewal `renewed` after delay.
 type lateRenewals struct {
-	leasev1.UnimplementedLeaseServiceServer
+	leasepb.UnimplementedLeaseServiceServer
 	ttl   time.Duration
 	delay time.Duration
 }
 
-func (s *lateRenewals) Acquire(request *leasev1.AcquireRequest, stream leasev1.LeaseService_AcquireServer) error {
-	return stream.Send(&leasev1.AcquireResponse{Result: &leasev1.AcquireResponse_Granted{Granted: &leasev1.Granted{
+func (s *lateRenewals) Acquire(request *leasepb.AcquireRequest, stream leasepb.LeaseService_AcquireServer) error {
+	return stream.Send(&leasepb.AcquireResponse{Result: &leasepb.AcquireResponse_Granted{Granted: &leasepb.Granted{
 		Name: request.Name, LeaseId: "fake", FencingToken: 1, TtlMs: s.ttl.Milliseconds(),
 	}}})
 }
 
-func (s *lateRenewals) Renew(stream leasev1.LeaseService_RenewServer) error {
+func (s *lateRenewals) Renew(stream leasepb.LeaseService_RenewServer) error {
 	for {
 		request, err := stream.Recv()
 		if err != nil {
 			return err
 		}
 		time.Sleep(s.delay)
-		err = stream.Send(&leasev1.RenewResponse{Name: request.Name, Result: &leasev1.RenewResponse_Renewed{
-			Renewed: &leasev1.Renewed{FencingToken: 1, TtlMs: s.ttl.Milliseconds()},
+		err = stream.Send(&leasepb.RenewResponse{Name: request.Name, Result: &leasepb.RenewResponse_Renewed{
+			Renewed: &leasepb.Renewed{FencingToken: 1, TtlMs: s.ttl.Milliseconds()},
 		}})
 		if err != nil {
 			return err
@@ -62,12 +62,12 @@ func (s *lateRenewals) Renew(stream leasev1.LeaseService_RenewServer) error {
 	}
 }
 
-func (s *lateRenewals) Release(context.Context, *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
-	return &leasev1.ReleaseResponse{}, nil
+func (s *lateRenewals) Release(context.Context, *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {
+	return &leasepb.ReleaseResponse{}, nil
 }
 
 // startFake serves service on a loopback port for the test, and returns a client of it.
-func startFake(t *testing.T, service leasev1.LeaseServiceServer) *lease.Client {
+func startFake(t *testing.T, service leasepb.LeaseServiceServer) *lease.Client {
 	t.Helper()
 	encoding.RegisterCodec(serverCodec{})
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,7 +75,7 @@ func startFake(t *testing.T, service leasev1.LeaseServiceServer) *lease.Client {
 		t.Fatal(err)
 	}
 	server := grpc.NewServer()
-	leasev1.RegisterLeaseServiceServer(server, service)
+	leasepb.RegisterLeaseServiceServer(server, service)
 	go func() { _ = server.Serve(listener) }()
 	t.Cleanup(server.Stop)
 	conn, err := leasedtest.Dial(listener.Addr().String())
@@ -126,15 +126,15 @@ const (
 // flakyAcquire answers the Acquire calls with faults in turn (then grants), and records every
 // Acquire and Release request.
 type flakyAcquire struct {
-	leasev1.UnimplementedLeaseServiceServer
+	leasepb.UnimplementedLeaseServiceServer
 	faults []fault
 
 	mu       sync.Mutex
-	acquires []*leasev1.AcquireRequest
-	releases []*leasev1.ReleaseRequest
+	acquires []*leasepb.AcquireRequest
+	releases []*leasepb.ReleaseRequest
 }
 
-func (s *flakyAcquire) Acquire(request *leasev1.AcquireRequest, stream leasev1.LeaseService_AcquireServer) error {
+func (s *flakyAcquire) Acquire(request *leasepb.AcquireRequest, stream leasepb.LeaseService_AcquireServer) error {
 	s.mu.Lock()
 	call := len(s.acquires)
 	s.acquires = append(s.acquires, request)
@@ -147,32 +147,32 @@ func (s *flakyAcquire) Acquire(request *leasev1.AcquireRequest, stream leasev1.L
 	case unavailable:
 		return status.Error(codes.Unavailable, "the store did not answer")
 	case noAnswer:
-		return stream.Send(&leasev1.AcquireResponse{Result: &leasev1.AcquireResponse_Waiting{Waiting: &leasev1.Waiting{
+		return stream.Send(&leasepb.AcquireResponse{Result: &leasepb.AcquireResponse_Waiting{Waiting: &leasepb.Waiting{
 			Holder: "someone", FencingToken: 1, Position: 1, Held: 1, Limit: 1,
 		}}})
 	case internal:
 		return status.Error(codes.Internal, "a script failed")
 	}
-	return stream.Send(&leasev1.AcquireResponse{Result: &leasev1.AcquireResponse_Granted{Granted: &leasev1.Granted{
+	return stream.Send(&leasepb.AcquireResponse{Result: &leasepb.AcquireResponse_Granted{Granted: &leasepb.Granted{
 		Name: request.Name, LeaseId: request.LeaseId, FencingToken: 2, TtlMs: request.TtlMs,
 	}}})
 }
 
-func (s *flakyAcquire) Release(_ context.Context, request *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
+func (s *flakyAcquire) Release(_ context.Context, request *leasepb.ReleaseRequest) (*leasepb.ReleaseResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.releases = append(s.releases, request)
-	return &leasev1.ReleaseResponse{}, nil
+	return &leasepb.ReleaseResponse{}, nil
 }
 
-func (s *flakyAcquire) recorded() ([]*leasev1.AcquireRequest, []*leasev1.ReleaseRequest) {
+func (s *flakyAcquire) recorded() ([]*leasepb.AcquireRequest, []*leasepb.ReleaseRequest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*leasev1.AcquireRequest(nil), s.acquires...), append([]*leasev1.ReleaseRequest(nil), s.releases...)
+	return append([]*leasepb.AcquireRequest(nil), s.acquires...), append([]*leasepb.ReleaseRequest(nil), s.releases...)
 }
 
 // sameID checks that every request carries one own lease id, and returns it.
-func sameID(t *testing.T, requests []*leasev1.AcquireRequest) string {
+func sameID(t *testing.T, requests []*leasepb.AcquireRequest) string {
 	t.Helper()
 	id := requests[0].LeaseId
 	if !ownLeaseID.MatchString(id) {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	leasev1 "leased/clients/go/gen/leasev1"
+	"github.com/leased-dev/leased/clients/go/leasepb"
 )
 
 // ErrLost matches (errors.Is) every error that Lease.Err returns.
@@ -64,7 +64,7 @@ func trustWindow(ttl time.Duration) time.Duration { return ttl - ttl/20 }
 
 // startLease guards a grant whose trust counts from trustFrom: the send of the Acquire request,
 // or of the renewal that confirmed the grant after a long wait.
-func startLease(c *Client, base context.Context, granted *leasev1.Granted, shared bool, ttl time.Duration,
+func startLease(c *Client, base context.Context, granted *leasepb.Granted, shared bool, ttl time.Duration,
 	trustFrom time.Time, renewals *renewer, stop context.CancelFunc) *Lease {
 	l := &Lease{
 		client:       c,
@@ -274,23 +274,23 @@ func (l *Lease) loseLocked(reason string, unreachable bool) {
 type renewer struct {
 	client  *Client
 	ctx     context.Context // the keepalive's: streams live under it
-	request *leasev1.RenewRequest
+	request *leasepb.RenewRequest
 	stream  *renewStream
 }
 
 type renewStream struct {
-	call    leasev1.LeaseService_RenewClient
+	call    leasepb.LeaseService_RenewClient
 	cancel  context.CancelFunc
 	replies chan renewReply
 }
 
 type renewReply struct {
-	response *leasev1.RenewResponse
+	response *leasepb.RenewResponse
 	err      error
 }
 
 // renew sends one renewal and waits for its answer, or until ctx ends.
-func (r *renewer) renew(ctx context.Context) (*leasev1.RenewResponse, error) {
+func (r *renewer) renew(ctx context.Context) (*leasepb.RenewResponse, error) {
 	if r.stream == nil {
 		stream, err := r.open()
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"leased/clients/go/internal/leasedtest"
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/internal/leasedtest"
+	"github.com/leased-dev/leased/clients/go/lease"
 )
 
 var stack *leasedtest.Stack

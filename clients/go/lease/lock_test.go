@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/lease"
 )
 
 // mustBeHeld fails the test unless Describe shows name held with token (or free, for token 0).

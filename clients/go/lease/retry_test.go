@@ -15,16 +15,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	leasev1 "leased/clients/go/gen/leasev1"
-	"leased/clients/go/internal/leasedtest"
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/internal/leasedtest"
+	"github.com/leased-dev/leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/leasepb"
 )
 
 // acquireRecorder records the Acquire requests sent on a connection: how many calls, with
 // which lease ids and waits.
 type acquireRecorder struct {
 	mu       sync.Mutex
-	requests []*leasev1.AcquireRequest
+	requests []*leasepb.AcquireRequest
 }
 
 func (r *acquireRecorder) interceptor() grpc.DialOption {
@@ -44,19 +44,19 @@ type recordedStream struct {
 }
 
 func (s *recordedStream) SendMsg(m interface{}) error {
-	if request, ok := m.(*leasev1.AcquireRequest); ok {
+	if request, ok := m.(*leasepb.AcquireRequest); ok {
 		s.recorder.mu.Lock()
-		s.recorder.requests = append(s.recorder.requests, proto.Clone(request).(*leasev1.AcquireRequest))
+		s.recorder.requests = append(s.recorder.requests, proto.Clone(request).(*leasepb.AcquireRequest))
 		s.recorder.mu.Unlock()
 	}
 	return s.ClientStream.SendMsg(m)
 }
 
 // sent returns a copy of the requests recorded so far.
-func (r *acquireRecorder) sent() []*leasev1.AcquireRequest {
+func (r *acquireRecorder) sent() []*leasepb.AcquireRequest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]*leasev1.AcquireRequest(nil), r.requests...)
+	return append([]*leasepb.AcquireRequest(nil), r.requests...)
 }
 
 // newRecordedClient is newClient with an acquireRecorder on its connection.
@@ -74,14 +74,14 @@ func newRecordedClient(t *testing.T, addr string) (*lease.Client, *acquireRecord
 var ownLeaseID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // rawAcquire sends one Acquire through the generated stub and returns its terminal message.
-func rawAcquire(ctx context.Context, t *testing.T, request *leasev1.AcquireRequest) *leasev1.AcquireResponse {
+func rawAcquire(ctx context.Context, t *testing.T, request *leasepb.AcquireRequest) *leasepb.AcquireResponse {
 	t.Helper()
 	conn, err := leasedtest.Dial(stack.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	stream, err := leasev1.NewLeaseServiceClient(conn).Acquire(ctx, request, lease.CallOptions()...)
+	stream, err := leasepb.NewLeaseServiceClient(conn).Acquire(ctx, request, lease.CallOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +119,13 @@ func TestEveryAcquisitionSendsItsOwnLeaseID(t *testing.T) {
 func TestTheSameLeaseIDAnswersTheSameGrant(t *testing.T) {
 	ctx := testContext(t)
 	l := mustAcquire(ctx, t, newClient(t, ""), "go-same-id", lease.Options{TTL: 10 * time.Second})
-	again := rawAcquire(ctx, t, &leasev1.AcquireRequest{Name: "go-same-id", TtlMs: 10_000, LeaseId: l.LeaseID()})
+	again := rawAcquire(ctx, t, &leasepb.AcquireRequest{Name: "go-same-id", TtlMs: 10_000, LeaseId: l.LeaseID()})
 	granted := again.GetGranted()
 	if granted == nil || granted.FencingToken != l.FencingToken() || granted.LeaseId != l.LeaseID() {
 		t.Fatalf("Acquire with the held lease id = %v, want the grant with token %d", again, l.FencingToken())
 	}
 	// The same answer twice, expiry included; another id is refused.
-	request := &leasev1.AcquireRequest{Name: "go-same-id-raw", TtlMs: 10_000, LeaseId: "go-test-lease-id-0123456789"}
+	request := &leasepb.AcquireRequest{Name: "go-same-id-raw", TtlMs: 10_000, LeaseId: "go-test-lease-id-0123456789"}
 	one := rawAcquire(ctx, t, request).GetGranted()
 	if one == nil {
 		t.Fatal("the first raw Acquire was not granted")
@@ -135,7 +135,7 @@ func TestTheSameLeaseIDAnswersTheSameGrant(t *testing.T) {
 	if two == nil || two.FencingToken != one.FencingToken || !two.ExpiresAt.AsTime().Equal(one.ExpiresAt.AsTime()) {
 		t.Fatalf("second Acquire with the same id = %v, want %v", two, one)
 	}
-	other := proto.Clone(request).(*leasev1.AcquireRequest)
+	other := proto.Clone(request).(*leasepb.AcquireRequest)
 	other.LeaseId = "go-test-lease-id-another-one"
 	if busy := rawAcquire(ctx, t, other).GetNotGranted(); busy == nil || busy.FencingToken != one.FencingToken {
 		t.Fatalf("Acquire with another id was not refused with the holder's token %d", one.FencingToken)

@@ -21,7 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/lease"
 )
 
 const (

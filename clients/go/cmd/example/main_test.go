@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"leased/clients/go/internal/leasedtest"
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/internal/leasedtest"
+	"github.com/leased-dev/leased/clients/go/lease"
 )
 
 var stack *leasedtest.Stack

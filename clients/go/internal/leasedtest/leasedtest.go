@@ -19,7 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"leased/clients/go/lease"
+	"github.com/leased-dev/leased/clients/go/lease"
 )
 
 // startupTimeout is generous: the machine running the tests may be busy.
