@@ -22,12 +22,15 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Consumer;
 import lease.v1.Lease.AcquireRequest;
 import lease.v1.Lease.AcquireResponse;
+import lease.v1.Lease.CheckTokenRequest;
+import lease.v1.Lease.CheckTokenResponse;
 import lease.v1.Lease.DescribeRequest;
 import lease.v1.Lease.DescribeResponse;
 import lease.v1.Lease.ReleaseRequest;
 import lease.v1.Lease.ReleaseResponse;
 import lease.v1.Lease.RevokeRequest;
 import lease.v1.Lease.RevokeResponse;
+import lease.v1.Lease.WatchEvent;
 import lease.v1.LeaseAdminServiceGrpc;
 import lease.v1.LeaseServiceGrpc;
 
@@ -181,6 +184,32 @@ public final class LeaseClient implements AutoCloseable {
     CompletableFuture<DescribeResponse> reply = new CompletableFuture<>();
     leases.withDeadlineAfter(rpcTimeout.toMillis(), TimeUnit.MILLISECONDS)
         .describe(DescribeRequest.newBuilder().setName(name).build(), completing(reply));
+    return join(reply);
+  }
+
+  /**
+   * Follows {@code name}: {@code onEvent} gets a {@code SNAPSHOT} (who holds it now), then one
+   * event per change of holder ({@code GRANTED}, {@code RELEASED}, {@code EXPIRED}, {@code
+   * REVOKED}; renewals are not events), and a fresh {@code SNAPSHOT} whenever events may have been
+   * missed. Events arrive one at a time, in order, on a gRPC thread: do not block in {@code
+   * onEvent}. Close the returned {@link Watch} to stop; watch its {@link Watch#ended} to learn
+   * that the stream broke (then watch again).
+   */
+  public Watch watch(String name, Consumer<WatchEvent> onEvent) {
+    return Watch.start(this, name, onEvent);
+  }
+
+  /**
+   * Whether {@code name} is held with exactly {@code fencingToken} now ({@code getCurrent()}),
+   * and the token that holds it ({@code getCurrentToken()}, 0 when free). Stale as soon as it is
+   * answered: a resource that must refuse old holders compares tokens on every write instead.
+   */
+  public CheckTokenResponse checkToken(String name, long fencingToken) {
+    CheckTokenRequest request =
+        CheckTokenRequest.newBuilder().setName(name).setFencingToken(fencingToken).build();
+    CompletableFuture<CheckTokenResponse> reply = new CompletableFuture<>();
+    leases.withDeadlineAfter(rpcTimeout.toMillis(), TimeUnit.MILLISECONDS)
+        .checkToken(request, completing(reply));
     return join(reply);
   }
 

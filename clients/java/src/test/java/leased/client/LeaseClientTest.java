@@ -239,12 +239,31 @@ class LeaseClientTest {
     }
   }
 
+  /**
+   * consumer-test/Main.java, compiled and run by Java's source launcher on the jar and its
+   * dependencies alone (no class of the source tree or the tests), acquires, guards and releases.
+   */
+  @Test
+  void aConsumerOfTheJarAloneAcquiresGuardsAndReleases() throws Exception {
+    Process consumer =
+        new ProcessBuilder(
+                java(), "-cp", Installed.jarAndDependencies(), "consumer-test/Main.java", stack.target)
+            .redirectErrorStream(true)
+            .start();
+    String output = new String(consumer.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(0, consumer.waitFor(), output);
+    assertTrue(output.contains("consumer: acquired, guarded, released"), output);
+  }
+
   private static Process runExample(String name, long workMs) throws Exception {
-    String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
     return new ProcessBuilder(
-            java, "-cp", System.getenv("LEASED_JAVA_CLASSPATH"), "leased.example.Example",
+            java(), "-cp", Installed.examplesClasspath(), "leased.example.Example",
             stack.target, name, String.valueOf(workMs), "500")
         .redirectErrorStream(true)
         .start();
+  }
+
+  static String java() {
+    return Path.of(System.getProperty("java.home"), "bin", "java").toString();
   }
 }
