@@ -115,7 +115,8 @@ if [[ -n $unformatted ]]; then
   exit 1
 fi
 go vet ./...
-go test -count=1 -v "$@" ./...
+# -parallel 4: the tests marked parallel mostly sleep (TTLs, waits), so 4 at once fit on 2 cores.
+go test -count=1 -parallel 4 -v "$@" ./...
 [[ -n ${SKIP_CONSUMER:-} ]] && exit 0
 
 # 3. The module as installed: its zip, served by a file:// proxy, in a separate consumer module.

@@ -88,6 +88,7 @@ func waitLost(t *testing.T, l *lease.Lease, timeout time.Duration) *lease.LostEr
 }
 
 func TestGrantIsKeptAliveUntilReleased(t *testing.T) {
+	t.Parallel() // waits most of its time: runs beside the other waiting tests
 	ctx := testContext(t)
 	holder, observer := newClient(t, ""), newClient(t, "")
 	ttl := time.Second
@@ -140,6 +141,7 @@ func TestBusyLeaseIsNotGrantedAndNamesItsHolder(t *testing.T) {
 }
 
 func TestWaiterIsGrantedWhenTheHolderReleases(t *testing.T) {
+	t.Parallel() // waits most of its time: runs beside the other waiting tests
 	ctx := testContext(t)
 	const name = "go-handover"
 	first := mustAcquire(ctx, t, newClient(t, ""), name, lease.Options{TTL: 10 * time.Second, Holder: "first"})
@@ -243,6 +245,7 @@ func TestReleaseByIDFromAnotherClientIsReportedAsALoss(t *testing.T) {
 // closes the connection (renewals fail at once and are retried); SIGSTOP freezes the server
 // while the kernel keeps the connection open (renewals are sent and never answered).
 func TestLossIsReportedBeforeExpiryWhenTheServerStops(t *testing.T) {
+	t.Parallel() // waits most of its time: runs beside the other waiting tests
 	for _, stop := range []struct {
 		how string
 		sig syscall.Signal

@@ -27,6 +27,7 @@ func mustBeHeld(ctx context.Context, t *testing.T, c *lease.Client, name string,
 }
 
 func TestReentrantLockNestsWithoutACallAndOnlyTheOutermostUnlockReleases(t *testing.T) {
+	t.Parallel() // waits most of its time: runs beside the other waiting tests
 	ctx := testContext(t)
 	const name = "go-reentrant"
 	c, recorder := newRecordedClient(t, stack.Addr)
