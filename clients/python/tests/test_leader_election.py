@@ -1,8 +1,8 @@
-"""clients/python/leader_election.py as three real candidate processes against the real `leased`
+"""clients/python/examples/leader_election.py as three real candidate processes against the real `leased`
 binary on a real redis-server: one leads and every candidate's Watch names it; the leader is
 killed with SIGKILL, and a follower takes over one TTL later with a larger fencing token, which the
 last follower's Watch reports after the expiry. (tests/leader_election.rs does the same with the
-Rust example.) Run from the repository root: `.venv/bin/pytest tests/python`.
+Rust example.) Run by clients/python/test.sh, against the installed package.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from leased_stack import EXAMPLES, running_stack  # puts clients/python on sys.path
+from leased_stack import EXAMPLES, running_stack
 
-from leased_client import HolderInfo, LeaseClient  # noqa: E402
+from leased_client import HolderInfo, LeaseClient
 
 #: The candidates' TTL: short for a quick test, with room for a slow renewal on 2 busy cores.
 TTL_MS = 2_000

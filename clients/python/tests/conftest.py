@@ -1,7 +1,4 @@
-"""Fixtures of the Python client's tests (test_python_client*.py): a real stack per test module
-and three clients of it. The client is imported when a fixture is first used, so that the other
-tests in this folder do not need its generated stubs.
-"""
+"""Fixtures of the Python client's tests: a real stack per test module and three clients of it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The Python client in clients/python against the real `leased` binary and a real redis-server:
+"""The Python client (the installed leased_client) against the real `leased` binary and a real redis-server:
 leases, counting leases, lock-delay, the examples, Watch, CheckToken, List and Revoke, and loss
-when the server dies. Giving up a wait is in test_python_client_give_up.py; the stack and its
+when the server dies. Giving up a wait is in test_give_up.py; the stack and its
 fixtures are in leased_stack.py and conftest.py.
 
-Run from the repository root: `.venv/bin/pytest tests/python`. The `leased` binary comes from
+Run by clients/python/test.sh, against the installed package. The `leased` binary comes from
 $LEASED_BIN, else target/debug/leased (built with `cargo build` if missing). Timing margins are
 generous: these tests must pass on a loaded 2-core machine.
 """
@@ -21,10 +21,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-# leased_stack first: it puts clients/python on the path.
 from leased_stack import EXAMPLES, Stack, answers, running_stack, wait_until
 
-from leased_client import (  # noqa: E402  (importing generates the stubs)
+from leased_client import (
     FencedResource,
     HolderInfo,
     Lease,

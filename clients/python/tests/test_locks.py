@@ -3,7 +3,7 @@ reentrant lock (`LeaseClient.lock`: nested levels without a round trip, only the
 release releasing, a loss ending every level) and the read-write lock over shared grants
 (`LeaseClient.rw_lock`). The stack and its fixtures are in leased_stack.py and conftest.py.
 
-Run from the repository root: `.venv/bin/pytest tests/python`. Timing margins are generous: these
+Run by clients/python/test.sh, against the installed package. Timing margins are generous: these
 tests must pass on a loaded 2-core machine.
 """
 
@@ -18,10 +18,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-# leased_stack first: it puts clients/python on the path.
 from leased_stack import Stack, recording, wait_until
 
-from leased_client import (  # noqa: E402  (importing generates the stubs)
+from leased_client import (
     Lease,
     LeaseBusy,
     LeaseClient,

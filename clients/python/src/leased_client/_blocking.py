@@ -1,4 +1,7 @@
-"""A small Python client for leased (`lease.v1.LeaseService` and `lease.v1.LeaseAdminService`).
+"""The blocking client: `leased_client.LeaseClient` and what it hands out (`Lease`, the reentrant
+and read-write locks, `Watch`). Each `Lease` renews on a keepalive thread; `acquire` waits on the
+caller's thread. The asyncio client (`leased_client.aio`) follows the same rules with the same
+policy (`_common.py`).
 
     client = LeaseClient("127.0.0.1:50051")
     result = client.acquire("nightly-report", ttl_ms=15_000, wait_ms=60_000, holder="host-a/pid-42")
@@ -9,286 +12,69 @@
             while not lease.lost.is_set():        # stop the moment the lease may be gone
                 storage.write(..., fencing_token=lease.fencing_token)
 
-`acquire(..., limit=5)` takes one of 5 permits of a counting lease (at most 5 holders at once, each
-with its own `Lease`); `acquire(..., shared=True)` a shared (read) grant beside other shared ones;
-`lock_delay_ms` keeps an expired lease from the next holder for a while.
-
-Every acquisition sends a lease id of its own (`new_lease_id()`: 128 bits from the OS's CSPRNG),
-which makes it safe to retry and to give up: an Acquire that ends UNAVAILABLE, or whose stream
-ends without an answer, is sent again with the same id (`ACQUIRE_RETRIES` times), and the server
-answers a grant it already made to that id again. A caller gives up a wait with
-`acquire(..., cancel=event)` (a `threading.Event`, set from any thread) or `timeout_s=`: `acquire`
-raises `AcquireCancelled` (`AcquireTimeout`) at once, cancels the call, and then releases the id in
-the background, so that a grant that crossed the give-up is never left held until its TTL.
-
-`lock(name, ...)` is a reentrant lock over a lease, per thread like `threading.RLock`
-(`with lock as hold:`; a nested acquire costs no round trip, the outermost release ends the lease),
-and `rw_lock(name, ...)` a read-write lock over shared grants (`with rw.read() as hold:`,
-`with rw.write() as hold:`).
-
-`watch(name)` follows who holds a lease (a snapshot, then one `WatchEvent` per change: what leader
-election's followers use, see `leader_election.py`); `check_token` asks whether a fencing token
-still holds its lease; `list` and `revoke` are the operators' calls.
-
-The gRPC stubs are generated from `proto/` when this module is imported (`ensure_stubs`), so the
-proto file stays the one source of truth and no generated code is committed.
+Every acquisition sends a lease id of its own (`new_lease_id()`), which makes it safe to retry
+and to give up: an Acquire that ends UNAVAILABLE, or whose stream ends without an answer, is sent
+again with the same id (`ACQUIRE_RETRIES` times), and the server answers a grant it already made
+to that id again. A caller gives up a wait with `acquire(..., cancel=event)` (a
+`threading.Event`, set from any thread) or `timeout_s=`: `acquire` raises `AcquireCancelled`
+(`AcquireTimeout`) at once, cancels the call, and then releases the id in the background, so that
+a grant that crossed the give-up is never left held until its TTL.
 """
 
 from __future__ import annotations
 
-import importlib.resources
 import logging
-import math
-import os
 import queue
-import secrets
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol
 
 import grpc
 
-logger = logging.getLogger(__name__)
+from ._common import (
+    ACQUIRE_RETRIES,
+    GIVE_UP_RELEASE_TIMEOUT_S,
+    NO_RENEWAL,
+    AcquireCancelled,
+    AcquireState,
+    AcquireTimeout,
+    Holding,
+    LeaseBusy,
+    LeaseInfo,
+    ListPage,
+    LockHoldBase,
+    ReadWriteLockBase,
+    ReentrantLockBase,
+    NotGranted,
+    RenewError,
+    TokenCheck,
+    Trust,
+    WatchEvent,
+    acquire_request,
+    check_timeout,
+    describe_error,
+    lease_info,
+    list_page,
+    new_lease_id,
+    not_granted,
+    not_granted_now,
+    refused,
+    retry_backoff_s,
+    retryable,
+    status,
+    token_check,
+    watch_event,
+)
+from ._proto.lease.v1 import lease_pb2 as pb
+from ._stubs import LeaseStub
 
-_HERE = Path(__file__).resolve().parent
-PROTO_ROOT = _HERE.parent.parent / "proto"
-GENERATED_DIR = _HERE / "generated"
-_PROTO_FILE = "lease/v1/lease.proto"
-_STUBS = ("lease_pb2.py", "lease_pb2_grpc.py")
-
-
-def ensure_stubs(proto_root: Path = PROTO_ROOT, out_dir: Path = GENERATED_DIR) -> None:
-    """Generates the Python stubs for lease.proto into `out_dir` unless they are already up to date,
-    and puts `out_dir` on `sys.path` so that `import lease.v1.lease_pb2` works.
-
-    The stubs are written to a scratch directory first and moved into place file by file, so a
-    second process generating at the same time (a test and the example it runs) never imports a
-    half-written module.
-    """
-    proto = proto_root / _PROTO_FILE
-    target = out_dir / Path(_PROTO_FILE).parent
-    stubs = [target / stub for stub in _STUBS]
-    if not all(s.exists() and s.stat().st_mtime >= proto.stat().st_mtime for s in stubs):
-        # google/protobuf/timestamp.proto is imported by lease.proto; grpc_tools ships it.
-        well_known = importlib.resources.files("grpc_tools") / "_proto"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=".protoc-", dir=out_dir))
-        try:
-            subprocess.run(
-                [
-                    sys.executable, "-m", "grpc_tools.protoc",
-                    f"-I{proto_root}", f"-I{well_known}",
-                    f"--python_out={scratch}", f"--grpc_python_out={scratch}",
-                    _PROTO_FILE,
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            target.mkdir(parents=True, exist_ok=True)
-            for stub in _STUBS:
-                os.replace(scratch / Path(_PROTO_FILE).parent / stub, target / stub)
-        except subprocess.CalledProcessError as error:
-            raise RuntimeError(f"grpc_tools.protoc failed on {proto}:\n{error.stderr}") from error
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    if str(out_dir) not in sys.path:
-        sys.path.insert(0, str(out_dir))
-
-
-ensure_stubs()
-from lease.v1 import lease_pb2 as pb  # noqa: E402  (generated just above)
-from lease.v1 import lease_pb2_grpc as pb_grpc  # noqa: E402
-
-
-@dataclass(frozen=True)
-class NotGranted:
-    """Someone else holds the lease. `acquire` returns this when the lease stayed busy, and passes
-    it to `on_waiting` while the server waits for the lease on the caller's behalf.
-
-    `holder`, `fencing_token` and `remaining_ms` describe the holder of an exclusive lease, or the
-    permit that frees soonest of a counting lease; `held` and `limit` say how full the name is.
-    """
-
-    name: str
-    holder: str
-    fencing_token: int
-    #: Until the holder's lease (permit) frees unless renewed, lock-delay included; -1 if it has
-    #: no expiry.
-    remaining_ms: int
-    #: Permits taken: held, or in their lock-delay (1 for a held exclusive lease).
-    held: int
-    #: The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when none is taken.
-    limit: int
-
-
-@dataclass(frozen=True)
-class HolderInfo:
-    """One holder of a lease (one permit of a counting lease), as anyone may see it."""
-
-    holder: str
-    fencing_token: int
-    #: Until this permit frees unless renewed, lock-delay included; -1 if it has no expiry.
-    remaining_ms: int
-    #: A shared (read) grant; False for an exclusive grant and for a permit of a counting lease.
-    shared: bool = False
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    """What `Describe` tells anyone about a lease (never a lease_id), and what `list` gives per
-    held lease. `holder`, `fencing_token` and `remaining_ms` describe the holder with the smallest
-    token; `holders` lists every permit taken (held, or in its lock-delay), by increasing token."""
-
-    name: str
-    held: bool
-    holder: str
-    fencing_token: int
-    remaining_ms: int
-    #: The limit in force: 1 for an exclusive lease, N for a counting lease; 0 when not held.
-    limit: int
-    holders: tuple[HolderInfo, ...]
-    #: Callers waiting for the name, on every replica.
-    waiters: int
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """What happened to a watched lease (`LeaseClient.watch`).
-
-    `cause` is "snapshot" (the whole current state: the first event, and again whenever the server
-    may have missed events; replace what you knew with it), "granted", "released", "expired" or
-    "revoked" ("cause-N" for a cause this client does not know). `holder`, `fencing_token` and
-    `expires_at_ms` are those of the grant the event is about: the new holder's for "granted", the
-    one that ended for "released", "expired" and "revoked", the holder with the smallest token for
-    a snapshot ("", 0 and None in a snapshot of a free lease). `held`, `limit` and `holders` are
-    the state after the event.
-    """
-
-    name: str
-    cause: str
-    held: bool
-    holder: str
-    fencing_token: int
-    #: When that grant expires unless renewed, Unix ms on the store's clock; None if unset.
-    expires_at_ms: Optional[int]
-    #: The limit in force after the event: 1 exclusive, N counting; 0 when nobody holds it.
-    limit: int
-    #: Every holder after the event, by increasing token (`remaining_ms` as last known).
-    holders: tuple[HolderInfo, ...]
-    #: For "revoked": the operator's reason.
-    reason: str
-
-    @property
-    def current_holder(self) -> Optional[HolderInfo]:
-        """The holder with the smallest token after the event: an exclusive lease's holder (in
-        leader election, the leader); None when nobody holds it."""
-        return self.holders[0] if self.holders else None
-
-
-@dataclass(frozen=True)
-class TokenCheck:
-    """`LeaseClient.check_token`'s answer, true when sent: it can be stale by the time it arrives."""
-
-    #: The lease is held with exactly this token (for a counting lease: one of its permits is).
-    current: bool
-    #: The token checked when `current`; otherwise the largest token held, 0 when nobody holds it.
-    current_token: int
-    #: Anyone holds the lease now.
-    held: bool
-
-
-@dataclass(frozen=True)
-class ListPage:
-    """One page of `LeaseClient.list_page`: leases in no particular order (possibly fewer than
-    asked for, even none, while more follow), and the token of the next page (None at the end)."""
-
-    leases: tuple[LeaseInfo, ...]
-    next_page_token: Optional[str]
-
-
-#: How many times `acquire` sends an Acquire again, with the same lease id, after one that ended
-#: UNAVAILABLE or without an answer (a connection reset, a server shutting down): enough to ride
-#: out a dropped connection or a replica going away behind a load balancer, few enough that a
-#: server that is really down is reported within a second.
-ACQUIRE_RETRIES = 3
-#: The pause before the first retry; each further retry doubles it (0.05, 0.1, 0.2 s).
-ACQUIRE_RETRY_BACKOFF_S = 0.05
-#: The deadline of the Release that a give-up sends: best effort, so a stalled server delays
-#: nothing but the background clean-up (and `LeaseClient.close()`) by more than this.
-GIVE_UP_RELEASE_TIMEOUT_S = 2.0
+logger = logging.getLogger("leased_client")
 
 # How often a waiting `acquire` looks at its `cancel` event: a `threading.Event` cannot wake a
 # thread that waits for something else, so a give-up is noticed within this long.
 _CANCEL_POLL_S = 0.02
-
-# Errors with which the server refuses an Acquire before granting anything: after such an answer
-# to the first attempt there is nothing to release.
-_REFUSALS = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.OUT_OF_RANGE,
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.PERMISSION_DENIED,
-})
-
-
-def new_lease_id() -> str:
-    """A lease id of the caller's own for one acquisition (AcquireRequest.lease_id): 32 hex digits,
-    128 bits from the OS's cryptographically secure generator. It is the holder's secret: whoever
-    knows it can renew or release the lease."""
-    return secrets.token_hex(16)
-
-
-class AcquireCancelled(Exception):
-    """`acquire` gave up its wait because the caller asked it to: its `cancel` event was set (or,
-    for the subclass `AcquireTimeout`, its `timeout_s` passed) before `acquire` returned.
-
-    It is raised at once. The Acquire call has been cancelled, and a Release of the attempt's lease
-    id goes out in the background, so that a grant that crossed the give-up is released rather
-    than left held until its TTL. `released` (a `concurrent.futures.Future`) resolves when that is
-    over: True if the Release ended such a grant, False if there was none, None if the Release
-    failed (logged; such a grant would stay held until its TTL). Most callers ignore it;
-    `LeaseClient.close()` waits for it.
-    """
-
-    def __init__(
-        self, name: str, released: Future[Optional[bool]], message: Optional[str] = None
-    ) -> None:
-        super().__init__(message or f"gave up waiting for lease {name!r}")
-        self.name = name
-        self.released = released
-
-
-class AcquireTimeout(AcquireCancelled, TimeoutError):
-    """`acquire`'s `timeout_s` passed before the server answered; see `AcquireCancelled`."""
-
-    def __init__(self, name: str, released: Future[Optional[bool]]) -> None:
-        super().__init__(name, released, f"timed out waiting for lease {name!r}")
-
-
-class LeaseBusy(Exception):
-    """Entering a `ReentrantLock` (`with lock:`) found the lease busy for the lock's whole wait.
-    `not_granted` says who holds it."""
-
-    def __init__(self, not_granted: NotGranted) -> None:
-        super().__init__(f"lease {not_granted.name!r} is busy: held by {not_granted.holder!r} "
-                         f"with token {not_granted.fencing_token}")
-        self.not_granted = not_granted
-
-
-class RenewError(Exception):
-    """A renewal got no answer in time, or the server ended the Renew stream without a gRPC error
-    status. (`acquire` raises it when the renewal that confirms a grant after a long wait fails.)"""
 
 
 class _GaveUp(Exception):
@@ -297,29 +83,6 @@ class _GaveUp(Exception):
     def __init__(self, timed_out: bool) -> None:
         super().__init__()
         self.timed_out = timed_out
-
-
-class _EndedWithoutAnswer(RuntimeError):
-    """The Acquire stream ended OK without `granted` or `not_granted`: a proxy or a server going
-    away cut it short. Retried like UNAVAILABLE; raised (a RuntimeError) once the retries are
-    spent."""
-
-    def __init__(self) -> None:
-        super().__init__("Acquire ended without granted or not_granted")
-
-
-def _retryable(error: BaseException) -> bool:
-    """An Acquire that failed so is sent again with the same lease id; any other error is the
-    answer (bad input, a limit, access control), or says that waiting longer will not help."""
-    if isinstance(error, _EndedWithoutAnswer):
-        return True
-    return _status(error) == grpc.StatusCode.UNAVAILABLE
-
-
-def _status(error: BaseException) -> Optional[grpc.StatusCode]:
-    """The gRPC status code of a failed call; None for anything else."""
-    code = getattr(error, "code", None)
-    return code() if isinstance(error, grpc.RpcError) and callable(code) else None
 
 
 class LeaseClient:
@@ -331,8 +94,7 @@ class LeaseClient:
 
     def __init__(self, target: str, *, rpc_timeout_s: float = 5.0) -> None:
         self._channel = grpc.insecure_channel(target)
-        self._stub = pb_grpc.LeaseServiceStub(self._channel)
-        self._admin = pb_grpc.LeaseAdminServiceStub(self._channel)
+        self._stub = LeaseStub(self._channel)
         self._rpc_timeout_s = rpc_timeout_s
         # Sends the Releases of the acquisitions whose callers gave up (`_give_up`), so that the
         # caller is answered at once. Its threads are started when needed, and Python waits for
@@ -391,8 +153,7 @@ class LeaseClient:
         `acquire` returns `NotGranted` for whoever holds it now; if it fails (`grpc.RpcError`,
         `RenewError`), the lease is released and the error raised.
         """
-        if timeout_s is not None and timeout_s < 0:
-            raise ValueError("timeout_s must not be negative")
+        check_timeout(timeout_s)
         # The server grants no earlier than now, so the lease lasts at least a TTL from here.
         requested_at = time.monotonic()
         give_up_at = None if timeout_s is None else requested_at + timeout_s
@@ -402,17 +163,9 @@ class LeaseClient:
         retries = 0
         try:
             while True:
-                # A retry asks only for what is left of the wait (0: "is it mine?", at once).
-                remaining_wait_ms = max(0, math.ceil((wait_ends_at - time.monotonic()) * 1000))
-                request = pb.AcquireRequest(
-                    name=name,
-                    holder=holder,
-                    ttl_ms=ttl_ms,
-                    wait_ms=min(wait_ms, remaining_wait_ms),
-                    limit=limit,
-                    lock_delay_ms=lock_delay_ms,
-                    shared=shared,
-                    lease_id=lease_id,
+                request = acquire_request(
+                    name, holder, ttl_ms, wait_ms, wait_ends_at, time.monotonic(),
+                    limit=limit, lock_delay_ms=lock_delay_ms, shared=shared, lease_id=lease_id,
                 )
                 # The gRPC deadline is only a backstop against a server that stops answering, past
                 # the wait; callers give up through `cancel` and `timeout_s`.
@@ -423,14 +176,14 @@ class LeaseClient:
                     outcome = _read_outcome(call, on_waiting, cancel, give_up_at)
                     break
                 except Exception as error:
-                    if not _retryable(error) or retries == ACQUIRE_RETRIES:
+                    if not retryable(error) or retries == ACQUIRE_RETRIES:
                         raise
                     retries += 1
                     logger.info(
                         "Acquire of %r failed (%s): retry %d of %d with the same lease id",
-                        name, _describe_error(error), retries, ACQUIRE_RETRIES,
+                        name, describe_error(error), retries, ACQUIRE_RETRIES,
                     )
-                    _pause(ACQUIRE_RETRY_BACKOFF_S * 2 ** (retries - 1), cancel, give_up_at)
+                    _pause(retry_backoff_s(retries), cancel, give_up_at)
         except _GaveUp as gave_up:
             released = self._give_up(name, lease_id, call)
             raise (
@@ -442,12 +195,11 @@ class LeaseClient:
             # Unless the server refused the first attempt, a grant may exist: the call failed with
             # its outcome unknown, or after a retry (an earlier attempt may have been granted), or
             # the caller was interrupted (Ctrl-C, an exception from `on_waiting`).
-            refused = retries == 0 and _status(error) in _REFUSALS
-            if not refused:
+            if not refused(error, retries):
                 self._give_up(name, lease_id, call)
             raise
         if isinstance(outcome, pb.NotGranted):
-            return _not_granted(name, outcome)
+            return not_granted(name, outcome)
 
         lease = Lease(
             self._stub,
@@ -457,7 +209,7 @@ class LeaseClient:
             rpc_timeout_s=self._rpc_timeout_s,
             shared=shared,
         )
-        if time.monotonic() - requested_at > lease.renew_period_s():
+        if lease._trust.waited_long(requested_at, time.monotonic()):
             # A long wait: "a TTL after the request" may be nearly over although the grant is
             # fresh. Renew once and trust the lease from that renewal instead.
             try:
@@ -467,15 +219,7 @@ class LeaseClient:
                 raise
             if not confirmed:
                 # Lost between the grant and now: report whoever holds the name instead.
-                info = self.describe(name)
-                return NotGranted(
-                    name=name,
-                    holder=info.holder,
-                    fencing_token=info.fencing_token,
-                    remaining_ms=info.remaining_ms,
-                    held=len(info.holders),
-                    limit=info.limit,
-                )
+                return not_granted_now(self.describe(name))
         if keepalive:
             lease.start_keepalive()
         return lease
@@ -510,10 +254,12 @@ class LeaseClient:
     ) -> ReadWriteLock:
         """A read-write lock over `name`: `with rw.read() as hold:` takes a shared grant, beside
         other readers; `with rw.write() as hold:` an exclusive one. See `ReadWriteLock`."""
-        return ReadWriteLock(
-            self, name, ttl_ms, wait_ms, holder,
-            lock_delay_ms=lock_delay_ms, safety_margin_ms=safety_margin_ms,
+        read, write = (
+            ReentrantLock(self, name, ttl_ms, wait_ms, holder, shared=shared,
+                          lock_delay_ms=lock_delay_ms, safety_margin_ms=safety_margin_ms)
+            for shared in (True, False)
         )
+        return ReadWriteLock(read, write)
 
     def _give_up(
         self, name: str, lease_id: str, call: Optional[_AcquireCall]
@@ -524,7 +270,7 @@ class LeaseClient:
         resolves to Release's answer, or None if the Release failed."""
         if call is not None:
             call.cancel()
-            if isinstance(call.terminal, pb.NotGranted):
+            if isinstance(call.state.terminal, pb.NotGranted):
                 # Answered `not_granted`, which the server never answers an id that holds the
                 # name: nothing to release.
                 nothing: Future[Optional[bool]] = Future()
@@ -543,7 +289,7 @@ class LeaseClient:
         except Exception as error:  # grpc.RpcError, or ValueError on a closed channel
             logger.warning(
                 "releasing lease %r after its caller gave up failed (%s): if it was granted, it "
-                "stays held until its TTL", name, _describe_error(error),
+                "stays held until its TTL", name, describe_error(error),
             )
             return None
         if answer.released:
@@ -553,16 +299,7 @@ class LeaseClient:
     def describe(self, name: str) -> LeaseInfo:
         """Who holds `name` now (every holder of a counting lease), as anyone may ask."""
         answer = self._stub.Describe(pb.DescribeRequest(name=name), timeout=self._rpc_timeout_s)
-        return LeaseInfo(
-            name=name,
-            held=answer.held,
-            holder=answer.holder,
-            fencing_token=answer.fencing_token,
-            remaining_ms=answer.remaining_ms,
-            limit=answer.limit,
-            holders=_holders(answer.holders),
-            waiters=answer.waiters,
-        )
+        return lease_info(name, answer)
 
     def watch(self, name: str) -> Watch:
         """Follows who holds `name`: iterate the returned `Watch` for `WatchEvent`s, a snapshot
@@ -581,9 +318,7 @@ class LeaseClient:
             pb.CheckTokenRequest(name=name, fencing_token=fencing_token),
             timeout=self._rpc_timeout_s,
         )
-        return TokenCheck(
-            current=answer.current, current_token=answer.current_token, held=answer.held
-        )
+        return token_check(answer)
 
     def list_page(
         self, prefix: str = "", *, page_size: int = 0, page_token: Optional[str] = None
@@ -591,14 +326,11 @@ class LeaseClient:
         """One page of the leases held now whose names start with `prefix` (LeaseAdminService).
         `page_size` 0 is the server's default (100), at most 1000; `page_token` is the previous
         page's `next_page_token`."""
-        answer = self._admin.List(
+        answer = self._stub.List(
             pb.ListRequest(prefix=prefix, page_size=page_size, page_token=page_token or ""),
             timeout=self._rpc_timeout_s,
         )
-        return ListPage(
-            leases=tuple(_listed_lease(lease) for lease in answer.leases),
-            next_page_token=answer.next_page_token or None,
-        )
+        return list_page(answer)
 
     def list(self, prefix: str = "", *, page_size: int = 0) -> Iterator[LeaseInfo]:
         """Every lease held now whose name starts with `prefix`, reading page after page. A lease
@@ -619,7 +351,7 @@ class LeaseClient:
         `reason` (1 to 256 bytes) goes to the audit log and to the holder, whose next renewal
         answers lost with "revoked: <reason>". Returns the token of the grant revoked (the
         largest, for several permits), or None if nothing matched."""
-        answer = self._admin.Revoke(
+        answer = self._stub.Revoke(
             pb.RevokeRequest(name=name, reason=reason, fencing_token=fencing_token),
             timeout=self._rpc_timeout_s,
         )
@@ -648,16 +380,16 @@ class Watch:
     """The events of one `LeaseClient.watch`: iterate it for `WatchEvent`s (once). `close()`
     cancels it, from any thread; iteration then ends quietly."""
 
-    def __init__(self, call: grpc.Call) -> None:
+    def __init__(self, call: _EventStream) -> None:
         self._call = call
         self._closed = threading.Event()
 
     def __iter__(self) -> Iterator[WatchEvent]:
         try:
             for event in self._call:
-                yield _watch_event(event)
+                yield watch_event(event)
         except grpc.RpcError as error:
-            if self._closed.is_set() and error.code() == grpc.StatusCode.CANCELLED:
+            if self._closed.is_set() and status(error) == grpc.StatusCode.CANCELLED:
                 return
             raise
         if not self._closed.is_set():
@@ -680,57 +412,12 @@ class Watch:
         self.close()
 
 
-def _holders(holders: Iterable[pb.HolderInfo]) -> tuple[HolderInfo, ...]:
-    return tuple(
-        HolderInfo(
-            holder=h.holder, fencing_token=h.fencing_token, remaining_ms=h.remaining_ms,
-            shared=h.shared,
-        )
-        for h in holders
-    )
+class _EventStream(Protocol):
+    """A Watch call as the blocking channel returns it: an iterator that can be cancelled."""
 
+    def __iter__(self) -> Iterator[pb.WatchEvent]: ...
 
-def _watch_event(event: pb.WatchEvent) -> WatchEvent:
-    try:
-        cause = pb.WatchEvent.Cause.Name(event.cause).removeprefix("CAUSE_").lower()
-    except ValueError:  # a cause added after this client was generated
-        cause = f"cause-{event.cause}"
-    expires_at = event.expires_at if event.HasField("expires_at") else None
-    return WatchEvent(
-        name=event.name,
-        cause=cause,
-        held=event.held,
-        holder=event.holder,
-        fencing_token=event.fencing_token,
-        expires_at_ms=None if expires_at is None else expires_at.ToMilliseconds(),
-        limit=event.limit,
-        holders=_holders(event.holders),
-        reason=event.reason,
-    )
-
-
-def _listed_lease(lease: pb.LeaseInfo) -> LeaseInfo:
-    return LeaseInfo(
-        name=lease.name,
-        held=True,
-        holder=lease.holder,
-        fencing_token=lease.fencing_token,
-        remaining_ms=lease.remaining_ms,
-        limit=lease.limit,
-        holders=_holders(lease.holders),
-        waiters=lease.waiters,
-    )
-
-
-def _not_granted(name: str, busy: pb.Waiting | pb.NotGranted) -> NotGranted:
-    return NotGranted(
-        name=name,
-        holder=busy.holder,
-        fencing_token=busy.fencing_token,
-        remaining_ms=busy.remaining_ms,
-        held=busy.held,
-        limit=busy.limit,
-    )
+    def cancel(self) -> bool: ...
 
 
 class _AcquireCall:
@@ -738,11 +425,10 @@ class _AcquireCall:
     next message with a timeout, and so give up at any moment."""
 
     def __init__(
-        self, stub: pb_grpc.LeaseServiceStub, request: pb.AcquireRequest, timeout_s: float
+        self, stub: LeaseStub, request: pb.AcquireRequest, timeout_s: float
     ) -> None:
-        self.name = request.name
-        # The terminal message (`granted` or `not_granted`), once read.
-        self.terminal: Optional[pb.Granted | pb.NotGranted] = None
+        # What the stream said so far: its terminal message, once read.
+        self.state = AcquireState(request.name)
         # True once the end of the stream (OK or an error) has been read.
         self.ended = False
         # Messages, then None (the stream ended OK) or the exception that ended it.
@@ -785,7 +471,7 @@ def _read_outcome(
     """Reads an Acquire call to its end and returns its terminal message. Raises `_GaveUp` as soon
     as `cancel` is set or `give_up_at` passes, also after the terminal message was read: a caller
     who gave up before `acquire` returned never gets the lease. Raises the error that ended the
-    call before its terminal message, or `_EndedWithoutAnswer`."""
+    call before its terminal message, or `EndedWithoutAnswer`."""
     # Read to the end of the stream rather than returning at the terminal message: the call then
     # finishes with OK instead of being cancelled, which the server could take for a waiter that
     # gave up.
@@ -804,24 +490,13 @@ def _read_outcome(
         except queue.Empty:
             continue
         except Exception:
-            if call.terminal is not None:
+            if call.state.terminal is not None:
                 break  # the answer was read: a connection lost after it changes nothing
             raise
         if response is None:
             break
-        kind = response.WhichOneof("result")
-        if call.terminal is not None:
-            raise RuntimeError(f"Acquire sent {kind!r} after its terminal message")
-        if kind == "waiting":
-            if on_waiting is not None:
-                on_waiting(_not_granted(call.name, response.waiting))
-        elif kind in ("granted", "not_granted"):
-            call.terminal = getattr(response, kind)
-        else:
-            raise RuntimeError(f"Acquire sent an unknown message: {response}")
-    if call.terminal is None:
-        raise _EndedWithoutAnswer()
-    return call.terminal
+        call.state.take(response, on_waiting)
+    return call.state.outcome()
 
 
 def _pause(seconds: float, cancel: Optional[threading.Event], give_up_at: Optional[float]) -> None:
@@ -839,8 +514,6 @@ def _pause(seconds: float, cancel: Optional[threading.Event], give_up_at: Option
         time.sleep(seconds)
 
 
-_NO_RENEWAL = "no renewal succeeded before the lease could expire"
-
 
 class Lease:
     """One held lease.
@@ -857,7 +530,7 @@ class Lease:
 
     def __init__(
         self,
-        stub: pb_grpc.LeaseServiceStub,
+        stub: LeaseStub,
         granted: pb.Granted,
         *,
         requested_at: float,
@@ -869,28 +542,20 @@ class Lease:
         # The acquisition's own id (`new_lease_id()`), which the server answered with.
         self.lease_id: str = granted.lease_id
         self.fencing_token: int = granted.fencing_token
-        self.ttl_ms: int = granted.ttl_ms
         #: A shared (read) grant (`acquire(..., shared=True)`).
         self.shared = shared
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
-        # The margin covers clocks that tick at slightly different rates on client and server.
-        self._safety_margin_ms = self.ttl_ms // 10 if safety_margin_ms is None else safety_margin_ms
-        if not 0 <= self._safety_margin_ms < self.ttl_ms:
-            raise ValueError(f"safety_margin_ms must be in [0, {self.ttl_ms})")
         self._stub = stub
         self._rpc_timeout_s = rpc_timeout_s
         # One renewal at a time on the stream; held while a renewal waits for its answer.
         self._renew_lock = threading.Lock()
         self._stream: Optional[_RenewStream] = None
-        # Guards the trust (`_trusted_since`, `_trusted_until`) and `lost`. Never held while
-        # waiting on the network, so the keepalive can declare the loss at `_trusted_until` even
-        # while a renewal is in flight.
+        # Guards the trust and `lost`. Never held while waiting on the network, so the keepalive
+        # can declare the loss at the trust deadline even while a renewal is in flight.
         self._state_lock = threading.Lock()
-        # When the send that the trust counts from happened (the Acquire request, then the last
-        # successful renewal), and when the trust ends.
-        self._trusted_since = requested_at
-        self._trusted_until = self._trust_deadline(requested_at)
+        # Counted from the Acquire request, then from the last successful renewal.
+        self._trust = Trust(granted.ttl_ms, safety_margin_ms, requested_at)
         # Set once by the first release(); also tells the keepalive to stop.
         self._released = threading.Event()
         self._release_lock = threading.Lock()
@@ -898,11 +563,16 @@ class Lease:
 
     def trusted_for_s(self) -> float:
         """Seconds for which the lease is certainly still ours (negative once that has passed)."""
-        return self._trusted_until - time.monotonic()
+        return self._trust.until - time.monotonic()
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL in force: the granted one, then the last renewal's."""
+        return self._trust.ttl_ms
 
     def renew_period_s(self) -> float:
         """How often the keepalive renews: a third of the TTL, so two renewals may fail in a row."""
-        return self.ttl_ms / 3000
+        return self._trust.renew_period_s()
 
     def start_keepalive(self) -> None:
         """Starts the background renewals (`acquire` does this unless asked not to)."""
@@ -979,12 +649,8 @@ class Lease:
         except Exception as error:
             logger.warning(
                 "releasing lease %r (token %d) failed: %s; it stays held until its TTL",
-                self.name, self.fencing_token, _describe_error(error),
+                self.name, self.fencing_token, describe_error(error),
             )
-
-    def _trust_deadline(self, lower_bound: float) -> float:
-        """When to stop trusting a lease the server (re)started no earlier than `lower_bound`."""
-        return lower_bound + (self.ttl_ms - self._safety_margin_ms) / 1000
 
     def _run_keepalive(self) -> None:
         """The keepalive thread. If it ever dies of a bug, `lost` is set first: a holder whose
@@ -1000,17 +666,16 @@ class Lease:
         twentieth of the TTL (at least 20 ms) after a failure, and sets `lost` at the trust
         deadline if no renewal succeeded by then: at the deadline itself, also when a renewal is
         in flight (no renewal waits past the deadline, and a later answer does not count)."""
-        retry_delay_s = max(self.ttl_ms / 20_000, 0.02)
-        next_renewal = self._trusted_since + self.renew_period_s()
+        next_renewal = self._trust.next_renewal()
         while True:
             # The deadline comes first when both are due: a renewal sent now could not help.
-            wake_at = min(next_renewal, self._trusted_until)
+            wake_at = min(next_renewal, self._trust.until)
             if self._released.wait(max(0.0, wake_at - time.monotonic())):
                 return
             trusted_for_s = self.trusted_for_s()
             if trusted_for_s <= 0:
                 if not self._released.is_set():
-                    self._mark_lost(_NO_RENEWAL)
+                    self._mark_lost(NO_RENEWAL)
                 return
             try:
                 renewed = self._renew(
@@ -1025,9 +690,9 @@ class Lease:
             if self.lost.is_set() or self._released.is_set():
                 return
             if renewed:
-                next_renewal = self._trusted_since + self.renew_period_s()
+                next_renewal = self._trust.next_renewal()
             else:
-                next_renewal = time.monotonic() + retry_delay_s
+                next_renewal = time.monotonic() + self._trust.retry_delay_s()
 
     def _renew(self, timeout_s: float, lock_timeout_s: float = -1) -> bool:
         """One renewal over the lease's Renew stream, opened if needed.
@@ -1060,16 +725,14 @@ class Lease:
             with self._state_lock:
                 if self.lost.is_set():
                     return False  # the deadline passed while we waited: never trusted again
-                if self._keepalive is None or time.monotonic() < self._trusted_until:
-                    self.ttl_ms = response.renewed.ttl_ms
+                if self._keepalive is None or time.monotonic() < self._trust.until:
                     # The server moved the expiry a TTL past the moment it read our request,
                     # which is after we sent it: counting from `sent_at` errs on the safe side.
-                    self._trusted_since = sent_at
-                    self._trusted_until = self._trust_deadline(sent_at)
+                    self._trust.credit(sent_at, response.renewed.ttl_ms)
                     return True
             # Answered too late: the keepalive declares the loss at the deadline, whatever the
             # answer says, and a loss is never taken back.
-            self._mark_lost(_NO_RENEWAL)
+            self._mark_lost(NO_RENEWAL)
             return False
         finally:
             self._renew_lock.release()
@@ -1085,7 +748,7 @@ class Lease:
 
     def _log_renew_error(self, error: Exception) -> None:
         if not self._released.is_set():  # else release() cancelled the stream on purpose
-            logger.warning("renewing lease %r failed: %s", self.name, _describe_error(error))
+            logger.warning("renewing lease %r failed: %s", self.name, describe_error(error))
 
     def _close_stream(self) -> None:
         if self._stream is not None:
@@ -1093,7 +756,7 @@ class Lease:
             self._stream = None
 
 
-class ReentrantLock:
+class ReentrantLock(ReentrantLockBase["LeaseClient", "Lease"]):
     """A lease as a reentrant lock, owned per thread like `threading.RLock` (`LeaseClient.lock`,
     and the two locks of a `ReadWriteLock`).
 
@@ -1117,34 +780,8 @@ class ReentrantLock:
     answers False.
     """
 
-    def __init__(
-        self,
-        client: LeaseClient,
-        name: str,
-        ttl_ms: int,
-        wait_ms: int = 0,
-        holder: str = "",
-        *,
-        shared: bool = False,
-        lock_delay_ms: int = 0,
-        safety_margin_ms: Optional[int] = None,
-    ) -> None:
-        self.name = name
-        self.ttl_ms = ttl_ms
-        self.wait_ms = wait_ms
-        self.holder = holder
-        self.shared = shared
-        self._client = client
-        self._lock_delay_ms = lock_delay_ms
-        self._safety_margin_ms = safety_margin_ms
-        # Guards `_holdings`; never held across a round trip.
-        self._mutex = threading.Lock()
-        # Each owning thread's lease and how many of its levels are held, by thread id.
-        self._holdings: dict[int, _Holding] = {}
-        # The other mode of a `ReadWriteLock`: this thread may not hold both.
-        self._other_mode: Optional[ReentrantLock] = None
-        # The levels entered with `with lock:`, per thread, innermost last, for `__exit__`.
-        self._entered = threading.local()
+    def _owner(self) -> object:
+        return threading.get_ident()
 
     def acquire(
         self,
@@ -1161,51 +798,26 @@ class ReentrantLock:
 
         Raises RuntimeError when the thread holds the other mode of the same `ReadWriteLock`: there
         is no upgrade or downgrade (it would wait for itself); release, then acquire again."""
-        me = threading.get_ident()
-        with self._mutex:
-            holding = self._holdings.get(me)
-            if holding is not None and holding.lease._holds():
-                holding.levels += 1
-                return LockHold(self, holding)
-        if self._other_mode is not None and self._other_mode._held_by(me):
-            want, have = ("read", "write") if self.shared else ("write", "read")
-            raise RuntimeError(
-                f"this thread holds the {have} lock of {self.name!r}: no {want} lock beside it "
-                f"(no upgrade or downgrade); release the {have} lock, then acquire the {want} lock"
-            )
+        me = self._owner()
+        holding = self._nest(me)
+        if holding is not None:
+            return LockHold(self, holding)
         result = self._client.acquire(
-            self.name,
-            ttl_ms=self.ttl_ms,
-            wait_ms=self.wait_ms if wait_ms is None else wait_ms,
-            holder=self.holder,
-            shared=self.shared,
-            lock_delay_ms=self._lock_delay_ms,
-            safety_margin_ms=self._safety_margin_ms,
-            on_waiting=on_waiting,
-            cancel=cancel,
+            self.name, ttl_ms=self.ttl_ms, wait_ms=self.wait_ms if wait_ms is None else wait_ms,
+            holder=self.holder, shared=self.shared, lock_delay_ms=self._lock_delay_ms,
+            safety_margin_ms=self._safety_margin_ms, on_waiting=on_waiting, cancel=cancel,
             timeout_s=timeout_s,
         )
         if isinstance(result, NotGranted):
             return result
-        holding = _Holding(owner=me, lease=result, levels=1)
-        with self._mutex:
-            # A lost lease of this thread's, if any, lives on in its levels until they release.
-            self._holdings[me] = holding
-        return LockHold(self, holding)
-
-    def held_levels(self) -> int:
-        """How many levels the calling thread holds of a lease that still holds (0: none)."""
-        with self._mutex:
-            holding = self._holdings.get(threading.get_ident())
-            return holding.levels if holding is not None and holding.lease._holds() else 0
+        return LockHold(self, self._book.add(me, result))
 
     def __enter__(self) -> LockHold:
         """Acquires a level with the lock's wait; raises `LeaseBusy` if the lease stayed busy."""
         result = self.acquire()
         if isinstance(result, NotGranted):
             raise LeaseBusy(result)
-        entered = self._entered.__dict__.setdefault("levels", [])
-        entered.append(result)
+        self._push_entered(self._owner(), result)
         return result
 
     def __exit__(
@@ -1214,73 +826,29 @@ class ReentrantLock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        self._entered.levels.pop().release()
+        hold: LockHold = self._pop_entered(self._owner())
+        hold.release()
 
-    def __repr__(self) -> str:
-        mode = ", shared" if self.shared else ""
-        return f"ReentrantLock(name={self.name!r}{mode}, held_levels={self.held_levels()})"
-
-    def _held_by(self, thread_id: int) -> bool:
-        with self._mutex:
-            holding = self._holdings.get(thread_id)
-            return holding is not None and holding.lease._holds()
-
-    def _release_level(self, holding: _Holding) -> bool:
+    def _release_level(self, holding: Holding[Lease]) -> bool:
         """Ends one level of `holding`; the last one releases its lease (True if that ended it)."""
-        with self._mutex:
-            holding.levels -= 1
-            if holding.levels > 0:
-                return False
-            if self._holdings.get(holding.owner) is holding:
-                del self._holdings[holding.owner]
-        return holding.lease.release()
+        return self._book.end_level(holding) and holding.lease.release()
 
 
-@dataclass
-class _Holding:
-    """One thread's lease of a `ReentrantLock`, and how many of its levels are held."""
-
-    owner: int
-    lease: Lease
-    levels: int
-
-
-class LockHold:
+class LockHold(LockHoldBase["Lease"]):
     """One level of a `ReentrantLock` held: the guard of the lease underneath, as a `Lease` gives
     it (`lost`, `lost_reason`, `fencing_token`, `trusted_for_s()`, `renew()`; `lease` is the
     `Lease` itself, shared by every level of it), whose `release()` ends this level only. Check
     `lost` before each piece of protected work and pass `fencing_token` with every write."""
 
-    def __init__(self, lock: ReentrantLock, holding: _Holding) -> None:
-        self.lease = holding.lease
+    def __init__(self, lock: ReentrantLock, holding: Holding[Lease]) -> None:
+        super().__init__(holding)
         self._lock = lock
-        self._holding = holding
-        self._released = False
         self._release_lock = threading.Lock()
-
-    @property
-    def name(self) -> str:
-        return self.lease.name
-
-    @property
-    def fencing_token(self) -> int:
-        return self.lease.fencing_token
-
-    @property
-    def shared(self) -> bool:
-        return self.lease.shared
 
     @property
     def lost(self) -> threading.Event:
         """Set for good when the lease may be gone: for every level at once."""
         return self.lease.lost
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self.lease.lost_reason
-
-    def trusted_for_s(self) -> float:
-        return self.lease.trusted_for_s()
 
     def renew(self) -> bool:
         return self.lease.renew()
@@ -1306,15 +874,10 @@ class LockHold:
     ) -> None:
         self.release()
 
-    def __repr__(self) -> str:
-        return f"LockHold({self.lease!r})"
 
-
-class ReadWriteLock:
-    """A read-write lock over the lease `name` (`LeaseClient.rw_lock`): `read()` is a
-    `ReentrantLock` of shared grants, which coexist; `write()` one of exclusive grants, which
-    exclude every other. Both queue in one line at the server, first come, first served: a waiting
-    writer holds back the readers that come after it, so readers never starve a writer.
+class ReadWriteLock(ReadWriteLockBase[ReentrantLock]):
+    """A read-write lock over the lease `name` (`LeaseClient.rw_lock`): `read()` and `write()` are
+    `ReentrantLock`s, reentrant per thread; see `ReadWriteLockBase` for the rules.
 
         rw = client.rw_lock("config", ttl_ms=10_000, wait_ms=30_000)
         with rw.read() as hold:            # beside other readers
@@ -1322,44 +885,10 @@ class ReadWriteLock:
         with rw.write() as hold:           # alone
             store(value, fencing_token=hold.fencing_token)
 
-    Each is reentrant per thread, as `ReentrantLock`. There is no upgrade (read to write) or
-    downgrade (write to read): a thread that holds one and asks for the other gets RuntimeError
-    instead of waiting for itself. Release, then acquire again (and re-read what you read: another
-    writer may have come between). Fence writes with the largest exclusive token the resource has
-    seen; a shared token orders a read after the writes before it.
+    A thread that holds one mode and asks for the other gets RuntimeError instead of waiting for
+    itself: release, then acquire again (and re-read what you read: another writer may have come
+    between).
     """
-
-    def __init__(
-        self,
-        client: LeaseClient,
-        name: str,
-        ttl_ms: int,
-        wait_ms: int = 0,
-        holder: str = "",
-        *,
-        lock_delay_ms: int = 0,
-        safety_margin_ms: Optional[int] = None,
-    ) -> None:
-        self.name = name
-        self._read, self._write = (
-            ReentrantLock(
-                client, name, ttl_ms, wait_ms, holder, shared=shared,
-                lock_delay_ms=lock_delay_ms, safety_margin_ms=safety_margin_ms,
-            )
-            for shared in (True, False)
-        )
-        self._read._other_mode, self._write._other_mode = self._write, self._read
-
-    def read(self) -> ReentrantLock:
-        """The read lock: shared grants (`with rw.read() as hold:`)."""
-        return self._read
-
-    def write(self) -> ReentrantLock:
-        """The write lock: exclusive grants (`with rw.write() as hold:`)."""
-        return self._write
-
-    def __repr__(self) -> str:
-        return f"ReadWriteLock(name={self.name!r})"
 
 
 class _RenewStream:
@@ -1367,7 +896,7 @@ class _RenewStream:
     moves each answer (or the error that ended the call) onto another queue, so that the caller can
     wait for the answer to its request with a timeout, which iterating the call cannot do."""
 
-    def __init__(self, stub: pb_grpc.LeaseServiceStub) -> None:
+    def __init__(self, stub: LeaseStub) -> None:
         self._requests: queue.SimpleQueue[Optional[pb.RenewRequest]] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[pb.RenewResponse | Exception] = queue.SimpleQueue()
         self._call = stub.Renew(self._request_iterator())
@@ -1405,47 +934,3 @@ class _RenewStream:
 # What a renewal raises when it gets no answer: ValueError when the client's channel was closed.
 _RENEW_ERRORS = (grpc.RpcError, RenewError, ValueError)
 
-
-def _describe_error(error: Exception) -> str:
-    """A one-line description; a gRPC error's default text spans several lines of debug detail."""
-    if isinstance(error, grpc.Call):
-        return f"{error.code().name}: {error.details()}"
-    return str(error)
-
-
-class StaleTokenError(Exception):
-    """A write carried a fencing token smaller than one the resource has already seen."""
-
-
-class FencedResource:
-    """The check a resource protected by a lease makes: it remembers the largest fencing token seen
-    per lease name and rejects writes that carry a smaller one.
-
-    This is what makes a lease safe when its holder stalls (a GC pause, a partition) and wakes up
-    still believing it holds the lease: by then a new holder has written with a larger token, so
-    the stale holder's write is refused. In a real system the check runs inside the storage,
-    atomically with the write (a conditional UPDATE, a compare-and-set); here a lock does it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._highest_token: dict[str, int] = {}
-        self._values: dict[str, str] = {}
-
-    def write(self, name: str, fencing_token: int, value: str) -> None:
-        """Stores `value` under `name`, unless a larger token has written there before. An equal
-        token is accepted: the same holder writes many times under one lease."""
-        with self._lock:
-            highest = self._highest_token.get(name, 0)
-            if fencing_token < highest:
-                raise StaleTokenError(
-                    f"{name}: token {fencing_token} is older than token {highest}, "
-                    "which already wrote"
-                )
-            self._highest_token[name] = fencing_token
-            self._values[name] = value
-
-    def read(self, name: str) -> Optional[str]:
-        """The last accepted value for `name`, if any."""
-        with self._lock:
-            return self._values.get(name)

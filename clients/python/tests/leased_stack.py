@@ -1,6 +1,7 @@
 """The stack the Python client's tests run against: a real redis-server and the real `leased`
 binary on ephemeral loopback ports (`running_stack`), and the helpers that start and stop them.
-Importing it puts clients/python on the path (`import leased_client` generates the stubs).
+`leased_client` is the installed package (clients/python/test.sh installs the wheel), never the
+source tree.
 
 The `leased` binary comes from $LEASED_BIN, else target/debug/leased (built with `cargo build` if
 missing).
@@ -12,7 +13,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +21,11 @@ from typing import Callable, Iterator
 import grpc
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "clients" / "python"
-sys.path.insert(0, str(EXAMPLES))
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+EXAMPLES = HERE.parent / "examples"
 
-from leased_client import LeaseClient, pb  # noqa: E402  (importing generates the stubs)
+from leased_client import LeaseClient, pb
 
 STARTUP_TIMEOUT_S = 20.0
 

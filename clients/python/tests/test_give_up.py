@@ -1,10 +1,10 @@
-"""Own lease ids, retries and giving up a wait with the Python client in clients/python: against
+"""Own lease ids, retries and giving up a wait with the Python client (the installed leased_client): against
 the real `leased` binary and a real redis-server, the same id answering the same grant, 100
 give-ups racing grants, and Acquires cut off by a proxy and retried; then the guard's timing, the
 retries and the give-up path against a scripted server (no network). The stack and its fixtures
 are in leased_stack.py and conftest.py.
 
-Run from the repository root: `.venv/bin/pytest tests/python`. Timing margins are generous: these
+Run by clients/python/test.sh, against the installed package. Timing margins are generous: these
 tests must pass on a loaded 2-core machine.
 """
 
@@ -24,10 +24,9 @@ from typing import Callable, Iterator
 import grpc
 import pytest
 
-# leased_stack first: it puts clients/python on the path.
 from leased_stack import Stack, recording, wait_until
 
-from leased_client import (  # noqa: E402  (importing generates the stubs)
+from leased_client import (
     ACQUIRE_RETRIES,
     AcquireCancelled,
     AcquireTimeout,
