@@ -44,7 +44,15 @@ export LEASED_JAVA_EXAMPLES="$build/test-classes"
 # Every test, unless the arguments select some.
 selection=("$@")
 ((${#selection[@]})) || selection=(--scan-class-path "$build/test-classes")
+# Test classes run concurrently (each has its own redis-server and leased), the methods of one
+# class in turn; the classes whose bounds are on timing are @Isolated: they run alone.
+parallel=(
+  --config=junit.jupiter.execution.parallel.enabled=true
+  --config=junit.jupiter.execution.parallel.mode.classes.default=concurrent
+  --config=junit.jupiter.execution.parallel.config.strategy=fixed
+  --config=junit.jupiter.execution.parallel.config.fixed.parallelism=4
+)
 cd "$here" # the tests read pom.xml and consumer-test/ from here
-java -XX:TieredStopAtLevel=1 -jar "$junit" \
+java -XX:TieredStopAtLevel=1 -jar "$junit" "${parallel[@]}" \
   --class-path "$jar:$build/test-classes:$dependency_classpath" \
   "${selection[@]}" --disable-banner --disable-ansi-colors --details=tree

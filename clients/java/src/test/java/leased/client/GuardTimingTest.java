@@ -31,11 +31,14 @@ import lease.v1.Lease.RenewResponse;
 import lease.v1.Lease.Renewed;
 import lease.v1.LeaseServiceGrpc;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /**
  * The guard against a fake LeaseService that misbehaves on purpose (over gRPC in process): a
  * renewal answered after the trust ended, and renewals refused right after a long wait.
  */
+// Alone, while no other test class runs (test.sh runs the others concurrently): its bounds are on timers.
+@Isolated
 class GuardTimingTest {
 
   /**

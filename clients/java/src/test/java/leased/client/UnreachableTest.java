@@ -6,8 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /** The server dies: the guard says the lease is lost before it could expire on the server. */
+// Alone, while no other test class runs (test.sh runs the others concurrently): its bounds are on timers.
+@Isolated
 class UnreachableTest {
   @Test
   void lossIsReportedBeforeExpiryWhenTheServerIsKilled() throws Exception {
