@@ -605,7 +605,7 @@ class ReentrantLockBase(Generic[C, L]):
 
     def __repr__(self) -> str:
         mode = ", shared" if self.shared else ""
-        return f"{type(self).__name__}(name={self.name!r}{mode}, held_levels={self.held_levels()})"
+        return f"{type(self).__name__}(name={self.name!r}{mode})"
 
 
 class LockHoldBase(Generic[L]):

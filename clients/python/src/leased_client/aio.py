@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
 import grpc
 import grpc.aio
@@ -34,6 +34,7 @@ from ._common import (
     ACQUIRE_RETRIES,
     GIVE_UP_RELEASE_TIMEOUT_S,
     NO_RENEWAL,
+    AcquireCancelled,
     AcquireState,
     AcquireTimeout,
     Holding,
@@ -109,31 +110,36 @@ class LeaseClient:
         keepalive: bool = True,
         safety_margin_ms: Optional[int] = None,
         on_waiting: Optional[Callable[[NotGranted], None]] = None,
+        cancel: Optional[asyncio.Event] = None,
         timeout_s: Optional[float] = None,
     ) -> Lease | NotGranted:
         """Asks for `name`, waiting up to `wait_ms` if it is busy: `leased_client.LeaseClient.
-        acquire`'s arguments, answers, retries and errors, with two differences. A give-up is the
-        task's cancellation (`asyncio.CancelledError` propagates; the Release goes out behind it)
-        or `timeout_s` (`AcquireTimeout`, whose `released` is an asyncio task); there is no
-        `cancel=` event. And the `Lease` renews on a task of this event loop."""
+        acquire`'s arguments, answers, retries and errors, with the give-up of asyncio. Setting
+        `cancel` raises `AcquireCancelled`, `timeout_s` passing raises `AcquireTimeout` (whose
+        `released` is an asyncio task), and cancelling the awaiting task raises
+        `asyncio.CancelledError`: each cancels the call at once and releases the lease id behind
+        it. The `Lease` renews on a task of this event loop."""
         check_timeout(timeout_s)
         requested_at = time.monotonic()
         attempt = _Attempt(name)
-        attempts = self._attempts(
+        attempts = asyncio.ensure_future(self._attempts(
             attempt, requested_at, on_waiting, name=name, holder=holder, ttl_ms=ttl_ms,
             wait_ms=wait_ms, limit=limit, lock_delay_ms=lock_delay_ms, shared=shared,
-        )
+        ))
+        # An outcome nobody reads once the caller gave up: retrieve it, so asyncio logs nothing.
+        attempts.add_done_callback(lambda task: task.cancelled() or task.exception())
         try:
-            if timeout_s is None:
-                outcome = await attempts
-            else:
-                outcome = await asyncio.wait_for(attempts, timeout_s)
-        except asyncio.TimeoutError:
-            # wait_for cancelled the attempts: no caller takes this lease.
-            raise AcquireTimeout(name, self._give_up(attempt)) from None
+            outcome = await _unless_given_up(attempts, cancel, timeout_s)
+        except _GaveUp as gave_up:
+            released = self._give_up(attempt)
+            raise (
+                AcquireTimeout(name, released) if gave_up.timed_out
+                else AcquireCancelled(name, released)
+            ) from None
         except BaseException as error:
             # Cancelled, or failed with the outcome unknown: unless the server refused the first
             # attempt, a grant may exist.
+            attempts.cancel()
             if not refused(error, attempt.retries):
                 self._give_up(attempt)
             raise
@@ -326,6 +332,38 @@ class LeaseClient:
         tb: Optional[TracebackType],
     ) -> None:
         await self.close()
+
+
+class _GaveUp(Exception):
+    """Internal: the caller's `cancel` event was set, or its `timeout_s` passed."""
+
+    def __init__(self, timed_out: bool) -> None:
+        super().__init__()
+        self.timed_out = timed_out
+
+
+async def _unless_given_up(
+    attempts: asyncio.Future[pb.Granted | pb.NotGranted],
+    cancel: Optional[asyncio.Event],
+    timeout_s: Optional[float],
+) -> pb.Granted | pb.NotGranted:
+    """The outcome of `attempts`, unless `cancel` is set or `timeout_s` passes first (`_GaveUp`,
+    with `attempts` cancelled). A `cancel` set by the time the outcome is there wins too: a
+    caller who gave up before `acquire` returned never gets the lease."""
+    cancelled = None if cancel is None else asyncio.ensure_future(cancel.wait())
+    waiters: set[asyncio.Future[Any]] = {attempts} if cancelled is None else {attempts, cancelled}
+    try:
+        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if cancelled is not None:
+            cancelled.cancel()
+    if cancel is not None and cancel.is_set():
+        attempts.cancel()
+        raise _GaveUp(timed_out=False)
+    if not attempts.done():
+        attempts.cancel()
+        raise _GaveUp(timed_out=True)
+    return attempts.result()
 
 
 async def _read_outcome(
