@@ -70,4 +70,4 @@ echo "wheel $(basename "${wheel[0]}") ($(stat -c %s "${wheel[0]}") bytes), sdist
 "$python" -m mypy --config-file "$here/pyproject.toml" --cache-dir "$work/mypy-cache" \
   -m leased_client -m leased_client.aio -m leased_client._blocking -m leased_client._common \
   -m leased_client._stubs
-"$python" -m pytest -q -p no:cacheprovider --rootdir "$here/tests" "$here/tests"
+"$python" -m pytest -q -p no:cacheprovider -n 4 --dist loadfile --rootdir "$here/tests" "$here/tests"

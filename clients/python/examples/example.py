@@ -1,4 +1,5 @@
 """Hold a leased lease while writing to a fenced resource, then release it.
+An example of the leased-client package, run against it installed (`pip install ./clients/python`).
 
     python example.py --target 127.0.0.1:50051 --name demo
     python example.py --target 127.0.0.1:50051 --name workers --limit 3   # one of 3 permits

@@ -1,4 +1,5 @@
 """Leader election on a leased lease.
+An example of the leased-client package, run against it installed (`pip install ./clients/python`).
 
     python leader_election.py --target 127.0.0.1:50051 --id candidate-1
 
