@@ -255,6 +255,21 @@ class LeaseClientTest {
     assertTrue(output.contains("consumer: acquired, guarded, released"), output);
   }
 
+  /** The locks example: a nested acquire gets the same lease; a read lock is shared. */
+  @Test
+  void theLocksExampleRuns() throws Exception {
+    Process example =
+        new ProcessBuilder(java(), "-cp", Installed.examplesClasspath(), "leased.example.Locks", stack.target)
+            .redirectErrorStream(true)
+            .start();
+    String output = new String(example.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(0, example.waitFor(), output);
+    assertTrue(output.contains("hold count 2, same lease: true"), output);
+    assertTrue(output.contains("reading the catalog, shared: true"), output);
+    assertFalse(client.describe("ledger").getHeld());
+    assertFalse(client.describe("catalog").getHeld());
+  }
+
   private static Process runExample(String name, long workMs) throws Exception {
     return new ProcessBuilder(
             java(), "-cp", Installed.examplesClasspath(), "leased.example.Example",

@@ -88,6 +88,37 @@ class PackageTest {
     assertEquals(builtAgainst, named);
   }
 
+  /**
+   * Every java code block of README.md is code the examples or the consumer run: the README's
+   * code compiles and runs, and cannot drift from it (lines compared without their indentation).
+   */
+  @Test
+  void theReadmeShowsCodeThatRuns() throws Exception {
+    StringBuilder sources = new StringBuilder();
+    try (var files = Files.walk(Path.of("src/examples/java"))) {
+      for (Path file : (Iterable<Path>) files.filter(Files::isRegularFile)::iterator) {
+        sources.append(unindented(Files.readString(file)));
+      }
+    }
+    sources.append(unindented(Files.readString(Path.of("consumer-test/Main.java"))));
+    Matcher block = Pattern.compile("(?s)```java\n(.*?)```").matcher(Files.readString(Path.of("README.md")));
+    int blocks = 0;
+    while (block.find()) {
+      blocks++;
+      assertTrue(
+          sources.toString().contains(unindented(block.group(1))),
+          "README.md shows code that no example has:\n" + block.group(1));
+    }
+    assertEquals(4, blocks, "java blocks in README.md");
+  }
+
+  /** Each line stripped of its leading and trailing blanks, blank lines dropped. */
+  private static String unindented(String code) {
+    StringBuilder lines = new StringBuilder();
+    code.lines().map(String::strip).filter(line -> !line.isEmpty()).forEach(line -> lines.append(line).append('\n'));
+    return lines.toString();
+  }
+
   private static Document pom() throws Exception {
     return DocumentBuilderFactory.newInstance().newDocumentBuilder().parse(Path.of("pom.xml").toFile());
   }

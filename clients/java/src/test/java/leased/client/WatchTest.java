@@ -108,10 +108,12 @@ class WatchTest {
   @Test
   void theLeaderElectionExampleHandsOverOnKillAndOnStop() throws Exception {
     List<Candidate> candidates = new ArrayList<>();
+    List<Candidate> everyone = new ArrayList<>();
     try {
       for (int i = 1; i <= 3; i++) {
         candidates.add(new Candidate("candidate-" + i));
       }
+      everyone.addAll(candidates);
       Candidate first = leader(candidates);
       long firstToken = first.leadingToken;
 
@@ -132,6 +134,8 @@ class WatchTest {
       candidates.remove(second);
       assertEquals(third, leader(candidates));
       assertTrue(Long.compareUnsigned(third.leadingToken, second.leadingToken) > 0);
+    } catch (AssertionError failed) {
+      throw new AssertionError(failed.getMessage() + "\nevery candidate's output: " + everyone, failed);
     } finally {
       for (Candidate candidate : candidates) {
         candidate.process.destroyForcibly();
