@@ -27,4 +27,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --disable-pip-version-check -r benches/requirements.txt
 
-cargo bench --locked --bench bench -- "$@"
+# LEASED_BENCH_PROFILE=dev: CI's smoke run, built like the tests (every scenario runs; the numbers
+# are not release numbers, and scripts/bench_tables.py refuses its report).
+cargo bench --locked --profile "${LEASED_BENCH_PROFILE:-bench}" --bench bench -- "$@"

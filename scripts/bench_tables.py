@@ -63,6 +63,8 @@ def partial_reasons(report: dict) -> list[str]:
         reasons.append("--quick")
     if report.get("only"):
         reasons.append("--only " + ",".join(report["only"]))
+    if report.get("environment", {}).get("build", "release") != "release":
+        reasons.append("a " + report["environment"]["build"] + " build (CI's smoke run)")
     if report.get("callers"):
         reasons.append("--callers " + ",".join(map(str, report["callers"])))
     failed = [row["name"] for row in report.get("scenarios", []) if row.get("error")]

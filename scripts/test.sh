@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command (README, "Run it, test it"; CONTRIBUTING.md, "Testing"): installs what the
 # tests need when it is missing, then runs every test: `cargo test` (Rust unit and integration
-# tests against a real redis-server), `pytest tests/python` (the Python client, the Helm chart and
-# the proto's buf checks), and the Go, Java and Node.js clients' own tests (each
-# `clients/<language>/test.sh` installs its toolchain); and it builds the book (scripts/docs.sh).
+# tests against a real redis-server), `pytest tests/python` (the Helm chart, the proto's buf checks
+# and the bench tables), and the Python, Go, Java and Node.js clients' own tests (each
+# `clients/<language>/test.sh` installs its toolchain and tests the package as a user installs
+# it); and it builds the book (scripts/docs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,7 @@ scripts/docs.sh
 
 cargo test --locked
 .venv/bin/pytest -q tests/python
-for language in go java node; do
+for language in python go java node; do
   echo "== the $language client (clients/$language/test.sh)" >&2
   "clients/$language/test.sh"
 done

@@ -1,8 +1,8 @@
 //! `examples/leader_election.rs` as three real candidate processes against a real server on
 //! Redis: one leads, every candidate's Watch names it; the leader is killed with SIGKILL, and a
 //! follower takes over one TTL later with a larger fencing token, which the last follower's Watch
-//! reports after the expiry. (`tests/python/test_leader_election.py` does the same with
-//! `clients/python/leader_election.py`.)
+//! reports after the expiry. (`clients/python/tests/test_leader_election.py` does the same with
+//! `clients/python/examples/leader_election.py`.)
 
 mod common;
 

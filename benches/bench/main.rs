@@ -238,6 +238,12 @@ async fn run(args: Args) -> BenchResult<bool> {
     if let Some(path) = &args.leased_bin {
         procs::LEASED_BIN.set(path.clone()).expect("set once");
     }
+    if cfg!(debug_assertions) {
+        eprintln!(
+            "bench: a dev build (LEASED_BENCH_PROFILE=dev): every scenario runs, but the figures \
+             are not release figures; `scripts/bench.sh` builds release"
+        );
+    }
     measure::meter_cpu("bench", std::process::id());
     let redis = procs::start_redis()?;
     let extra_args = [

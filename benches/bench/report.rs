@@ -270,11 +270,14 @@ fn environment(run: &Run) -> Value {
         "redis_server": run.redis.info_field("server", "redis_version"),
         "etcd": version("etcd", &["--version"]),
         "leased": env!("CARGO_PKG_VERSION"),
+        // `cargo bench` builds release; CI's smoke run (`LEASED_BENCH_PROFILE=dev`) does not, and
+        // its figures are no release figures: the docs refuse its report.
+        "build": if cfg!(debug_assertions) { "dev" } else { "release" },
         // The commit measured (`-dirty`: with changes not committed), for the docs' provenance.
         "commit": version("git", &["describe", "--always", "--dirty", "--abbrev=12"]),
         "grpc_connections": run.channels.len(),
         "redis_pool_size": run.args.redis_pool_size,
-        "server": "release leased binary as a child process, with the settings of \
+        "server": "the leased binary of the same build as a child process, with the settings of \
                    helm/leased/values.yaml (LEASED_* variables, JSON logs); RUST_LOG="
             .to_owned()
             + &run.args.server_log,

@@ -110,6 +110,7 @@ def test_check_fails_when_the_committed_report_changed(tmp_path: Path) -> None:
         ({"quick": True}, "--quick"),
         ({"only": ["idle_flood"]}, "--only idle_flood"),
         ({"callers": [64]}, "--callers 64"),
+        ({"environment": {"commit": "abc123def456", "cores": 2, "build": "dev"}}, "a dev build"),
     ],
 )
 def test_a_partial_run_is_refused(
