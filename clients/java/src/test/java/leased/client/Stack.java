@@ -3,6 +3,7 @@ package leased.client;
 import java.io.File;
 import java.io.IOException;
 import java.net.ServerSocket;
+import java.net.Socket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -58,6 +59,7 @@ final class Stack implements AutoCloseable {
             List.of(
                 "redis-server", "--bind", "127.0.0.1", "--port", String.valueOf(redisPort),
                 "--save", "", "--appendonly", "no", "--dir", dir.toString()));
+    awaitListening(redis, redisPort);
     int leasedPort = freePort();
     String leasedBin = System.getenv().getOrDefault("LEASED_BIN", "../../target/debug/leased");
     String target = "127.0.0.1:" + leasedPort;
@@ -115,6 +117,24 @@ final class Stack implements AutoCloseable {
         .redirectErrorStream(true)
         .redirectOutput(log.toFile())
         .start();
+  }
+
+  /**
+   * Waits until redis-server accepts connections: a leased started before that was once seen to
+   * answer UNAVAILABLE for the next 18 s and more (Redis came up 90 ms after it).
+   */
+  private static void awaitListening(Process redis, int port) throws Exception {
+    long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+    while (true) {
+      try (Socket probe = new Socket("127.0.0.1", port)) {
+        return;
+      } catch (IOException notYet) {
+        if (!redis.isAlive() || System.nanoTime() > deadline) {
+          return; // startIn's wait for leased reports it, with the logs
+        }
+        Thread.sleep(10);
+      }
+    }
   }
 
   static int freePort() throws IOException {

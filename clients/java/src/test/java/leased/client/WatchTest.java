@@ -42,8 +42,12 @@ class WatchTest {
 
   @AfterAll
   static void stop() {
-    client.close();
-    stack.close();
+    if (client != null) {
+      client.close();
+    }
+    if (stack != null) {
+      stack.close();
+    }
   }
 
   /** A snapshot, then one event per change of holder, in order; close() ends it normally. */
