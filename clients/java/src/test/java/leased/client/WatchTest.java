@@ -120,6 +120,11 @@ class WatchTest {
       everyone.addAll(candidates);
       Candidate first = leader(candidates);
       long firstToken = first.leadingToken;
+      // Every candidate follows the election before the leader dies: a watch that starts later
+      // (a JVM slow to start) sees the next leader in its snapshot, and no EXPIRED.
+      for (Candidate candidate : candidates) {
+        candidate.await(line -> line.contains("leader \"" + first.id + "\""));
+      }
 
       first.process.destroyForcibly(); // SIGKILL: no release, the lease expires
       candidates.remove(first);
