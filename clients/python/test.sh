@@ -60,7 +60,10 @@ wheel=("$work"/dist/leased_client-*.whl)
 sdist=("$work"/dist/leased_client-*.tar.gz)
 
 # The wheel and its declared dependencies (already there, pinned to their lower bounds).
-"$work/venv/bin/pip" uninstall "${pip_flags[@]}" -y leased-client
+# (The last run's wheel, if any: pip would keep an installed 0.1.0 rather than reinstall it.)
+if "$work/venv/bin/pip" show -q leased-client 2>/dev/null; then
+  "$work/venv/bin/pip" uninstall "${pip_flags[@]}" -y leased-client
+fi
 "$work/venv/bin/pip" install "${pip_flags[@]}" "${wheel[0]}"
 
 cd "$work" # outside the source tree: `import leased_client` can only find the installed wheel
