@@ -30,15 +30,28 @@ export GRPCURL
 # The Python tests drive the binary that cargo test just built.
 export LEASED_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/leased"
 
+# Each step says how long it took (installs included), so that a CI log shows what each costs.
+step_started=0 # $SECONDS counts from the start of this script
+took() {
+  echo "== $1: $((SECONDS - step_started)) s" >&2
+  step_started=$SECONDS
+}
+took "installs"
+
 # buf (from npm) for the proto's lint, format and breaking checks, and their tests in pytest.
 scripts/buf/check.sh
+took "buf checks"
 # The book (docs/, mdBook) builds, and no relative link or anchor in it or in README.md,
 # ARCHITECTURE.md, CONTRIBUTING.md and CHANGELOG.md is broken.
 scripts/docs.sh
+took "the book"
 
 cargo test --locked
+took "cargo test (with its build)"
 .venv/bin/pytest -q tests/python
+took "pytest tests/python"
 for language in python go java node; do
   echo "== the $language client (clients/$language/test.sh)" >&2
   "clients/$language/test.sh"
+  took "the $language client"
 done
