@@ -159,35 +159,6 @@ async fn redis_killed_then_restarted() {
     );
 }
 
-/// A server (the real binary) started a second before its Redis accepts connections serves once
-/// Redis is up, without a restart: its first connection is retried like any later one (fred's
-/// default gives up on a first connection that fails, and such a server answered UNAVAILABLE for
-/// good).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_started_before_its_redis_serves_once_redis_is_up() {
-    let port = free_port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let redis = tokio::task::spawn_blocking(move || {
-        std::thread::sleep(Duration::from_secs(1));
-        let redis = RedisServer::start_with(port, &[]);
-        (redis, Instant::now())
-    });
-    // Waits up to 20 s for SERVING, which needs Redis.
-    let server = LeasedProcess::serve().redis(&url).try_start().await;
-    let (_redis, redis_up) = redis.await.unwrap();
-    let server = server.unwrap_or_else(|error| {
-        panic!("a server started before its Redis never served once Redis was up: {error}")
-    });
-    let serving_after = redis_up.elapsed();
-    println!("serving {serving_after:?} after Redis answered PING");
-    let mut client = server.client().await;
-    must_acquire(&mut client, "started-early", 5_000).await;
-    assert!(
-        serving_after < Duration::from_secs(10),
-        "serving only {serving_after:?} after Redis was up"
-    );
-}
-
 /// The last fencing token Redis issued for an exclusive lease `name` (the `t` field of its owner
 /// hash, which outlives the grant), or None if Redis never granted it.
 fn last_token_in_redis(redis: &RedisServer, name: &str) -> Option<u64> {

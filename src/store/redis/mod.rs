@@ -125,11 +125,7 @@ impl RedisStore {
     pub fn connect(options: &RedisOptions, events: StoreEvents) -> Result<Self, StartupError> {
         check_url_scheme(&options.url)?;
         let url_error = |e: RedisError| StartupError::RedisUrl(e.details().to_string());
-        let mut config = Config::from_url(&options.url).map_err(url_error)?;
-        // fred gives up for good when the very first connection fails (its default): a replica
-        // started before its Redis accepted connections would answer UNAVAILABLE until restarted.
-        // Without it the first connection is retried by the reconnect policy like any other.
-        config.fail_fast = false;
+        let config = Config::from_url(&options.url).map_err(url_error)?;
         let clustered = config.server.is_clustered();
         let mut builder = Builder::from_config(config);
         builder
