@@ -113,6 +113,12 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// Serve the operator's console (a web page: leases, live holders, revoke) over HTTP on this
+    /// address (off when unset). Plain HTTP: keep it on loopback (kubectl port-forward) or behind
+    /// a TLS proxy; off loopback it needs --auth-tokens or --insecure-listen, as --listen does.
+    #[arg(long, env = "LEASED_CONSOLE_LISTEN")]
+    pub console_listen: Option<SocketAddr>,
+
     /// Serve a plaintext grpc.health.v1 on this address too, for Kubernetes probes when the gRPC
     /// port has TLS (off when unset).
     #[arg(long, env = "LEASED_HEALTH_LISTEN")]

@@ -72,6 +72,8 @@ pub struct Metrics {
     pub accept_errors: Counter,
     /// Metrics-port connections closed at its cap to make room for a new one.
     pub metrics_port_evictions: Counter,
+    /// Console connections closed at its cap to make room for a new one.
+    pub console_evictions: Counter,
     /// Open Renew and Watch streams, and waiting Acquires, ended because a tokens reload took
     /// away what they do.
     pub streams_ended_by_reload: Counter,
@@ -122,6 +124,7 @@ impl Metrics {
             handshake_failures: Family::default(),
             accept_errors: Counter::default(),
             metrics_port_evictions: Counter::default(),
+            console_evictions: Counter::default(),
             streams_ended_by_reload: Counter::default(),
             redis_eviction_unsafe: Gauge::default(),
             redis_wait_duration: latency_histogram(),
@@ -207,6 +210,11 @@ impl Metrics {
             "metrics_port_evictions",
             "Metrics-port connections closed at its cap",
             m.metrics_port_evictions.clone(),
+        );
+        registry.register(
+            "console_evictions",
+            "Console connections closed at its cap",
+            m.console_evictions.clone(),
         );
         registry.register(
             "streams_ended_by_reload",

@@ -77,6 +77,10 @@ pub async fn serve(
         &config,
         listener.local_addr().map_err(StartupError::Socket)?,
     )?;
+    // The console carries the same data and the same bearer tokens as the gRPC port.
+    if let Some(console) = config.console_listen {
+        check_listen_address(&config, console)?;
+    }
     if let Some(auth) = &options.auth {
         tokio::spawn(reload_on_sighup(auth.clone()));
     }
@@ -84,6 +88,7 @@ pub async fn serve(
         grpc: listener,
         health: bind_optional(config.health_listen, "--health-listen").await?,
         metrics: bind_optional(config.metrics_listen, "--metrics-listen").await?,
+        console: bind_optional(config.console_listen, "--console-listen").await?,
     };
     match redis_options(&config)? {
         Some(redis) => {

@@ -10,6 +10,7 @@ use super::{
     ServerOptions,
     auth::{Authenticator, Operation, Principal},
     connections::ConnectionInfo,
+    console::ViaConsole,
     service::{authenticate, authorize, holder_info, recorded},
 };
 use crate::{
@@ -165,6 +166,11 @@ impl Caller {
         let peer = connection
             .and_then(|info| info.tcp.remote_addr())
             .map_or_else(|| "unknown".to_owned(), |address| address.to_string());
+        let name = if request.extensions().get::<ViaConsole>().is_some() {
+            format!("{name} via the console")
+        } else {
+            name
+        };
         Caller {
             name,
             cert_sha256: certificate.map(|certificate| certificate.sha256.clone()),

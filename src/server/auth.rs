@@ -45,6 +45,34 @@ pub enum Operation {
     Revoke,
 }
 
+impl Operation {
+    /// Every operation, as the tokens file names them.
+    pub const ALL: [Operation; 8] = [
+        Operation::Acquire,
+        Operation::Renew,
+        Operation::Release,
+        Operation::Describe,
+        Operation::Watch,
+        Operation::Check,
+        Operation::List,
+        Operation::Revoke,
+    ];
+
+    /// The name the tokens file gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Acquire => "acquire",
+            Operation::Renew => "renew",
+            Operation::Release => "release",
+            Operation::Describe => "describe",
+            Operation::Watch => "watch",
+            Operation::Check => "check",
+            Operation::List => "list",
+            Operation::Revoke => "revoke",
+        }
+    }
+}
+
 /// One entry of the tokens file.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +125,16 @@ impl Principal {
         Ok(())
     }
 
+    /// The lease name prefixes this token may use.
+    pub fn prefixes(&self) -> &[String] {
+        &self.prefixes
+    }
+
+    /// The operations this token may do.
+    pub fn operations(&self) -> &[Operation] {
+        &self.operations
+    }
+
     /// What identifies the token in per-token bounds (never logged).
     pub fn token_key(&self) -> Arc<str> {
         self.token.clone()
@@ -123,7 +161,7 @@ impl Principal {
             return Err(Error::PermissionDenied(format!(
                 "token {:?} may not {}",
                 self.client,
-                format!("{operation:?}").to_lowercase()
+                operation.as_str()
             )));
         }
         Ok(())

@@ -6,7 +6,9 @@
 //! - `options`: the server's settings and sockets; `routes`: which services each port carries;
 //!   `health`: statuses that follow the store and the drain.
 //! - `connections`: from `accept` to tonic: the connection cap, the handshake deadline, TLS.
-//! - `metrics_port`: `GET /metrics` over HTTP/1.1, with a connection cap and deadlines of its own.
+//! - `http_port`: the guards of the plain HTTP/1.1 side ports: a connection cap and deadlines.
+//! - `metrics_port`: `GET /metrics`; `console`: the operator's web page and its JSON API, whose
+//!   calls go through the same handlers as gRPC calls.
 //! - `service`, `acquire`, `renew`: the RPC handlers; `auth`: bearer tokens; `followed_names`:
 //!   the bound on names that Watch streams and waiting Acquires follow.
 
@@ -14,9 +16,11 @@ mod acquire;
 mod admin;
 pub(crate) mod auth;
 mod connections;
+mod console;
 mod followed_names;
 mod health;
 mod held_leases;
+mod http_port;
 mod metrics_port;
 mod options;
 mod renew;
@@ -72,7 +76,22 @@ pub(crate) async fn run<S: LeaseStore>(
         let incoming = connections.incoming(listener, None);
         side_listeners.spawn(serve_health_only(routes, incoming, shutdown.clone()));
     }
-    let routes = routes::grpc_port(store, &options, &health, shutdown.clone())?;
+    let lease_service = Arc::new(LeaseServiceImpl::new(
+        store.clone(),
+        &options,
+        shutdown.clone(),
+    ));
+    let admin_service = Arc::new(admin::LeaseAdminServiceImpl::new(store, &options));
+    if let Some(listener) = listeners.console {
+        let console = console::Console {
+            leases: lease_service.clone(),
+            admin: admin_service.clone(),
+            auth: options.auth.clone(),
+            request_timeout: options.connections.handshake_timeout,
+        };
+        side_listeners.spawn(console::serve(listener, console, shutdown.clone()));
+    }
+    let routes = routes::grpc_port(lease_service, admin_service, &options, &health)?;
     let address = listeners.grpc.local_addr().map_err(StartupError::Socket)?;
     tracing::info!(
         %address,

@@ -122,6 +122,8 @@ pub struct Listeners {
     pub health: Option<TcpListener>,
     /// Prometheus `GET /metrics`.
     pub metrics: Option<TcpListener>,
+    /// The operator's console.
+    pub console: Option<TcpListener>,
 }
 
 #[cfg(test)]

@@ -8,26 +8,25 @@ use tonic::service::Routes;
 use super::{LeaseServiceImpl, ServerOptions, admin::LeaseAdminServiceImpl, health::Health};
 use crate::{
     error::StartupError,
-    lease::{LeaseStore, Replica},
+    lease::LeaseStore,
     proto::{
         self, lease_admin_service_server::LeaseAdminServiceServer,
         lease_service_server::LeaseServiceServer,
     },
-    shutdown::Shutdown,
 };
 
 /// `lease.v1.LeaseService`, `lease.v1.LeaseAdminService`, `grpc.health.v1` and server reflection
 /// for all three.
+/// The handlers are shared with the console, which calls them too.
 pub(super) fn grpc_port<S: LeaseStore>(
-    store: Arc<Replica<S>>,
+    lease_service: Arc<LeaseServiceImpl<S>>,
+    admin_service: Arc<LeaseAdminServiceImpl<S>>,
     options: &ServerOptions,
     health: &Health,
-    shutdown: Shutdown,
 ) -> Result<Routes, StartupError> {
-    let admin_service =
-        LeaseAdminServiceServer::new(LeaseAdminServiceImpl::new(store.clone(), options))
-            .max_decoding_message_size(options.max_message_bytes);
-    let lease_service = LeaseServiceServer::new(LeaseServiceImpl::new(store, options, shutdown))
+    let admin_service = LeaseAdminServiceServer::from_arc(admin_service)
+        .max_decoding_message_size(options.max_message_bytes);
+    let lease_service = LeaseServiceServer::from_arc(lease_service)
         .max_decoding_message_size(options.max_message_bytes);
     let routes = Routes::new(lease_service)
         .add_service(admin_service)
