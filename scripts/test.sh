@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README, "Run it, test it"; CONTRIBUTING.md, "Testing"): installs what the
 # tests need when it is missing, then runs every test: `cargo test` (Rust unit and integration
-# tests against a real redis-server), `pytest tests/python` (the Helm chart, the proto's buf checks
-# and the bench tables), and the Python, Go, Java and Node.js clients' own tests (each
+# tests against a real redis-server, the console's in Chromium), `pytest tests/python` (the Helm
+# chart, the proto's buf checks and the bench tables), and the Python, Go, Java and Node.js clients' own tests (each
 # `clients/<language>/test.sh` installs its toolchain and tests the package as a user installs
 # it); and it builds the book (scripts/docs.sh).
 set -euo pipefail
@@ -17,6 +17,14 @@ if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/nul
   # The package starts a system Redis on 6379; the tests start their own on ephemeral ports.
   as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
+
+# The console's browser tests (tests/console.rs) drive Debian's Chromium with playwright-core.
+if ! command -v chromium >/dev/null; then
+  echo "installing chromium from Debian" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+npm ci --prefix tests/console --no-audit --no-fund --loglevel=error >/dev/null
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

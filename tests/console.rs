@@ -371,18 +371,38 @@ async fn console_figures() {
             break;
         }
     }
+    // Eight callers on a counting lease of eight permits: each grant and release is one event.
     let started = Instant::now();
-    let mut cycles = 0u64;
-    while started.elapsed() < Duration::from_secs(10) {
-        let granted = acquire_once(&mut client, "figures/busy", "churn", 60_000).await;
-        client
-            .release(ReleaseRequest {
-                name: "figures/busy".into(),
-                lease_id: granted.lease_id,
+    let drivers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let mut cycles = 0u64;
+                while started.elapsed() < Duration::from_secs(10) {
+                    let request = AcquireRequest {
+                        name: "figures/busy".into(),
+                        holder: "churn".into(),
+                        ttl_ms: 60_000,
+                        limit: 8,
+                        ..AcquireRequest::default()
+                    };
+                    let granted = must_acquire_request(&mut client, request).await;
+                    client
+                        .release(ReleaseRequest {
+                            name: "figures/busy".into(),
+                            lease_id: granted.lease_id,
+                        })
+                        .await
+                        .unwrap();
+                    cycles += 1;
+                }
+                cycles
             })
-            .await
-            .unwrap();
-        cycles += 1;
+        })
+        .collect();
+    let mut cycles = 0;
+    for driver in drivers {
+        cycles += driver.await.unwrap();
     }
     let elapsed = started.elapsed().as_secs_f64();
     writeln!(stdin, "{}", cycles * 2).unwrap();

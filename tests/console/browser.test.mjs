@@ -9,6 +9,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { chromium } from 'playwright-core';
+import { CHROMIUM_ARGS } from './chromium.mjs';
 
 const env = (name) => {
   const value = process.env[name];
@@ -20,13 +21,6 @@ const AUTH = { console: env('AUTH_CONSOLE'), grpc: env('AUTH_GRPC') };
 const ADMIN_TOKEN = env('ADMIN_TOKEN');
 const VIEWER_TOKEN = env('VIEWER_TOKEN');
 const LEASED = env('LEASED_BIN');
-
-// Chromium as the probe of this machine runs it: no sandbox (root), no GPU, and no background
-// connections (the network is closed, and they would be refused many at a time).
-export const CHROMIUM_ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-  '--disable-component-update', '--disable-quic', '--no-first-run', '--disable-sync',
-];
 
 let browser;
 before(async () => {

@@ -1032,3 +1032,19 @@ def test_render_refuses_inconsistent_values(chart, values, message):
     with pytest.raises(helm.HelmRenderError) as refused:
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
     assert message in str(refused.value), str(refused.value)
+
+
+def test_console_is_on_the_pods_loopback_only(chart):
+    objects, notes = render(chart, {"console": {"enabled": True, "port": 8088}})
+    leased = container(objects)
+    assert env_of(leased)["LEASED_CONSOLE_LISTEN"]["value"] == "127.0.0.1:8088"
+    # Reached with kubectl port-forward only: no container port, no Service port, no policy rule.
+    assert {p["name"] for p in leased["ports"]} == {"grpc"}
+    assert {p["name"] for p in find(objects, "Service")["spec"]["ports"]} == {"grpc"}
+    rules = find(objects, "NetworkPolicy")["spec"]["ingress"]
+    assert [p["port"] for rule in rules for p in rule["ports"]] == ["grpc"]
+    assert f"port-forward deployment/{FULLNAME} 8088:8088" in notes
+    assert "paste a token" in notes
+    defaults, default_notes = render(chart, {})
+    assert "LEASED_CONSOLE_LISTEN" not in env_of(container(defaults))
+    assert "Console" not in default_notes

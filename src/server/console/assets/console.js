@@ -5,7 +5,9 @@
 'use strict';
 
 const TOKEN_KEY = 'leased.console.token';
-const TIMELINE_WINDOW_MS = 5 * 60 * 1000;
+// The timeline spans the time since the view opened, from one minute up to five.
+const TIMELINE_MIN_MS = 60 * 1000;
+const TIMELINE_MAX_MS = 5 * 60 * 1000;
 const TIMELINE_ROWS = 8;
 const EVENTS_KEPT = 200;
 const SVG = 'http://www.w3.org/2000/svg';
@@ -231,6 +233,8 @@ async function openLease(name) {
     closed: false,
     renderPending: false,
     mayRevoke: false,
+    waiters: 0,
+    waitersPending: false,
     lease: null,
   };
   $('lease-name').textContent = name;
@@ -242,6 +246,7 @@ async function openLease(name) {
     const lease = await api('/api/lease?' + query({ name }));
     if (current.closed) return;
     current.mayRevoke = lease.may_revoke;
+    current.waiters = lease.waiters;
     applyHolders(current, lease, 'snapshot');
   } catch (error) {
     if (error.status !== 401) showBanner(error.message);
@@ -297,7 +302,10 @@ async function watch(current) {
 }
 
 function setLive(current, text) {
-  if (current === view) $('live').textContent = text;
+  if (current === view) {
+    $('live').textContent = text === 'live' ? '● live' : text;
+    $('live').className = text === 'live' ? 'live' : 'muted';
+  }
 }
 
 // One server-sent event: `data:` lines carry a Watch event, `event: error` an error, and lines
@@ -319,6 +327,26 @@ function serverEvent(current, block) {
   document.body.dataset.events = String(current.events);
   applyHolders(current, payload, payload.cause);
   logEvent(payload);
+  refreshWaiters(current);
+}
+
+// Watch events carry the holders, not the queue: the number waiting is read again with Describe,
+// at most once a second while events come.
+function refreshWaiters(current) {
+  if (current.waitersPending) return;
+  current.waitersPending = true;
+  setTimeout(async () => {
+    try {
+      const lease = await api('/api/lease?' + query({ name: current.name }));
+      current.waiters = lease.waiters;
+      current.mayRevoke = lease.may_revoke;
+      scheduleRender(current);
+    } catch (error) {
+      // The next event tries again; the stream reports what is wrong.
+    } finally {
+      current.waitersPending = false;
+    }
+  }, 1000);
 }
 
 // The lease's holders changed (or were read afresh): end the timeline segments of grants that are
@@ -381,7 +409,7 @@ function renderLease(current) {
   if (!lease) return;
   const holders = current.holders;
   const limit = lease.limit > 1 ? `, ${holders.length} of ${lease.limit} permits held` : '';
-  const waiters = lease.waiters === undefined ? '' : `, ${lease.waiters} waiting`;
+  const waiters = `, ${current.waiters} waiting`;
   $('lease-summary').textContent = holders.length
     ? `${lease.mode}${limit}${waiters}`
     : `free${waiters}`;
@@ -411,7 +439,8 @@ function renderLease(current) {
 // it ended: red when it expired, orange when revoked, grey when released.
 function renderTimeline(current) {
   const now = Date.now();
-  const from = now - TIMELINE_WINDOW_MS;
+  const span = Math.min(TIMELINE_MAX_MS, Math.max(TIMELINE_MIN_MS, (now - current.openedAt) * 1.1));
+  const from = now - span;
   current.segments = current.segments.filter((s) => s.end === null || s.end > from);
   const names = [];
   for (const segment of [...current.segments].reverse()) {
@@ -419,23 +448,25 @@ function renderTimeline(current) {
   }
   names.length = Math.min(names.length, TIMELINE_ROWS);
   names.reverse();
-  const left = 160;
+  const left = 220;
   const width = 1000 - left - 10;
   const rowHeight = 22;
   const height = 24 + Math.max(names.length, 1) * rowHeight;
-  const x = (time) => left + Math.max(0, (time - from) / TIMELINE_WINDOW_MS) * width;
+  const x = (time) => left + Math.max(0, (time - from) / span) * width;
   const svg = $('timeline');
   svg.setAttribute('viewBox', `0 0 1000 ${height}`);
   const nodes = [];
-  for (let minute = 0; minute <= 5; minute++) {
-    const at = left + (minute / 5) * width;
+  for (let tick = 0; tick <= 5; tick++) {
+    const at = left + (tick / 5) * width;
+    const ago = ((5 - tick) / 5) * span;
+    const label = tick === 5 ? 'now' : ago < 120000 ? `−${Math.round(ago / 1000)} s` : `−${(ago / 60000).toFixed(1)} min`;
     nodes.push(svgElement('line', { x1: at, x2: at, y1: 0, y2: height - 16, class: 'grid' }));
-    nodes.push(svgElement('text', { x: at, y: height - 4, 'text-anchor': 'middle', class: 'axis' },
-      minute === 5 ? 'now' : `−${5 - minute} min`));
+    nodes.push(svgElement('text', { x: at, y: height - 4, 'text-anchor': tick === 5 ? 'end' : 'middle', class: 'axis' }, label));
   }
   names.forEach((name, index) => {
     const y = 4 + index * rowHeight;
-    const label = name.length > 24 ? name.slice(0, 23) + '…' : name;
+    // Long names keep both ends: hosts and pods differ at the end.
+    const label = name.length > 32 ? name.slice(0, 14) + '…' + name.slice(-16) : name;
     nodes.push(svgElement('text', { x: 4, y: y + 14, class: 'row-label' }, label));
     for (const segment of current.segments.filter((s) => s.holder === name)) {
       const start = segment.start === null ? from : Math.max(segment.start, from);
