@@ -508,6 +508,18 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
     connected_client(server.address).await;
 }
 
+/// A plain HTTP side port of the server, and what a flood of it looks like.
+struct SidePort {
+    /// Its flag: `--metrics-listen`, `--console-listen`.
+    flag: &'static str,
+    /// Its connection cap.
+    max_connections: usize,
+    /// A request whose headers never end.
+    half_sent: &'static [u8],
+    /// The counter of connections closed at its cap.
+    evictions: &'static str,
+}
+
 /// The metrics port under a flood of half-sent requests (headers never finished), with an
 /// open-file limit the flood would exhaust without a cap: the server's descriptors stay under
 /// what the metrics port may hold, an established gRPC client is served throughout (Describe p99
@@ -515,22 +527,51 @@ async fn twenty_five_thousand_idle_connections_leave_clients_served() {
 /// scrape again once the flood stops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
+    half_sent_flood_leaves_the_grpc_port_serving(SidePort {
+        flag: "--metrics-listen",
+        max_connections: leased::server::METRICS_PORT_MAX_CONNECTIONS,
+        half_sent: b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n",
+        evictions: "leased_metrics_port_evictions_total",
+    })
+    .await;
+}
+
+/// The same flood on the console's port (its guards are the metrics port's, with a larger cap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_half_sent_console_requests_leaves_the_grpc_port_serving() {
+    half_sent_flood_leaves_the_grpc_port_serving(SidePort {
+        flag: "--console-listen",
+        max_connections: leased::server::CONSOLE_MAX_CONNECTIONS,
+        half_sent: b"GET /api/leases HTTP/1.1\r\nHost: localhost\r\n",
+        evictions: "leased_console_evictions_total",
+    })
+    .await;
+}
+
+async fn half_sent_flood_leaves_the_grpc_port_serving(port: SidePort) {
     const FLOOD: usize = 3_000;
     const FD_LIMIT: u64 = 1_024;
-    // The metrics port's cap, the connections evicted at it and not yet closed, and slack for
-    // the runtime.
-    const METRICS_FDS: usize = leased::server::METRICS_PORT_MAX_CONNECTIONS + 8 + 8;
-    const HALF_SENT: &[u8] = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n";
+    // The port's cap, the connections evicted at it and not yet closed, and slack for the
+    // runtime.
+    let port_fds = port.max_connections + 8 + 8;
     let metrics_port = free_port();
     let metrics_address: std::net::SocketAddr = ([127, 0, 0, 1], metrics_port).into();
+    let flooded: std::net::SocketAddr = match port.flag {
+        "--metrics-listen" => metrics_address,
+        _ => ([127, 0, 0, 1], free_port()).into(),
+    };
+    let mut args = vec![
+        "--metrics-listen".to_owned(),
+        metrics_address.to_string(),
+        "--handshake-timeout".to_owned(),
+        "2s".to_owned(),
+    ];
+    if flooded != metrics_address {
+        args.extend([port.flag.to_owned(), flooded.to_string()]);
+    }
     let server = LeasedProcess::serve()
         .fd_limit(FD_LIMIT)
-        .args([
-            "--metrics-listen".to_owned(),
-            metrics_address.to_string(),
-            "--handshake-timeout".to_owned(),
-            "2s".to_owned(),
-        ])
+        .args(args)
         .start()
         .await;
     let pid = server.pid();
@@ -542,13 +583,14 @@ async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
     let probe = Probe::start(
         client,
         pid,
-        "hostile/metrics-flood",
+        "hostile/side-port-flood",
         Duration::from_millis(20),
     );
 
-    let flood = flood::open(metrics_address, FLOOD, HALF_SENT).await;
+    let flood = flood::open(flooded, FLOOD, port.half_sent).await;
     println!(
-        "metrics flood: {} half-sent requests connected",
+        "{} flood: {} half-sent requests connected",
+        port.flag,
         flood.len()
     );
     assert!(
@@ -558,15 +600,16 @@ async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
     );
     let newcomer = tokio::time::timeout(Duration::from_secs(5), connected_client(server.address))
         .await
-        .expect("a new gRPC client could not get in during the metrics flood");
+        .expect("a new gRPC client could not get in during the flood");
     // The flood's connections are closed: evicted at the cap, or at the request deadline.
     let closed = wait_all_closed(&flood, Duration::from_secs(10)).await;
 
     let (_, seen) = probe.stop().await;
     let (latencies, p99, max_fds) = (&seen.latencies, seen.p99(), seen.max_fds);
     println!(
-        "during the metrics flood: {} describes, p99 {p99:?}, max {:?}; server fds {fds_before} \
+        "during the {} flood: {} describes, p99 {p99:?}, max {:?}; server fds {fds_before} \
          -> max {max_fds}",
+        port.flag,
         latencies.len(),
         latencies.last().unwrap()
     );
@@ -576,15 +619,14 @@ async fn a_flood_of_half_sent_metrics_requests_leaves_the_grpc_port_serving() {
         closed.err()
     );
     assert!(
-        max_fds <= fds_before + METRICS_FDS,
-        "{max_fds} fds open during the flood ({fds_before} before; the metrics port may hold \
-         {METRICS_FDS})"
+        max_fds <= fds_before + port_fds,
+        "{max_fds} fds open during the flood ({fds_before} before; the port may hold {port_fds})"
     );
     assert!(p99 < Duration::from_millis(50), "describe p99 {p99:?}");
     drop(newcomer);
     let scraped = scrape_metrics(metrics_port);
     assert!(
-        metric_sample(&scraped, "leased_metrics_port_evictions_total") >= 1.0,
+        metric_sample(&scraped, port.evictions) >= 1.0,
         "no eviction counted"
     );
 }

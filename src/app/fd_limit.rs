@@ -5,8 +5,11 @@
 use std::io;
 
 /// File descriptors kept free for everything but gRPC client connections: Redis connections,
-/// listeners, the runtime's own (epoll, eventfd), stdio, and the metrics port's connections.
-pub const RESERVED_FDS: u64 = 128 + crate::server::METRICS_PORT_MAX_CONNECTIONS as u64;
+/// listeners, the runtime's own (epoll, eventfd), stdio, and the metrics port's and the console's
+/// connections.
+pub const RESERVED_FDS: u64 = 128
+    + crate::server::METRICS_PORT_MAX_CONNECTIONS as u64
+    + crate::server::CONSOLE_MAX_CONNECTIONS as u64;
 
 /// The process's open-file limit after raising the soft limit to the hard one: each connection
 /// is a file descriptor, and the soft limit is often 1024 while the hard one is far higher.
@@ -64,7 +67,7 @@ mod tests {
 
     #[test]
     fn the_fd_limit_reserves_room_for_everything_else() {
-        assert_eq!(connections_within(20_000), 20_000 - 128 - 32);
+        assert_eq!(connections_within(20_000), 20_000 - 128 - 32 - 128);
         assert_eq!(connections_within(100), 0);
         let limit = raise_fd_limit().unwrap();
         assert!(limit.now >= limit.before);

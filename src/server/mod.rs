@@ -43,6 +43,7 @@ use crate::{
     shutdown::Shutdown,
 };
 pub(crate) use connections::ConnectionLimits;
+pub use console::MAX_CONNECTIONS as CONSOLE_MAX_CONNECTIONS;
 pub(crate) use followed_names::FollowLimits;
 pub use health::LIVENESS_SERVICE;
 pub use metrics_port::MAX_CONNECTIONS as METRICS_PORT_MAX_CONNECTIONS;
