@@ -301,6 +301,12 @@ async fn the_console_in_chromium() {
     let tokens = tokens_file();
     let (open, open_console) = server_with_console(&redis, None).await;
     let (auth, auth_console) = server_with_console(&redis, Some(&tokens)).await;
+    // More leases than a page holds, for the paging test.
+    let mut client = open.client().await;
+    for index in 0..120 {
+        let name = format!("paging/lease-{index:03}");
+        acquire_once(&mut client, &name, "pager", 300_000).await;
+    }
     let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-lease-view.png");
     let _ = std::fs::remove_file(&screenshot);
     let started = Instant::now();

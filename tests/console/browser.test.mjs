@@ -104,6 +104,34 @@ test('the list shows the leases under the prefix typed, as it is typed', async (
   await page.locator('#holders tbody td', { hasText: 'holder-1' }).waitFor();
 });
 
+test('the list pages through more leases than a page holds', async (t) => {
+  // tests/console.rs holds paging/lease-000 to paging/lease-119 before the browser starts. List
+  // pages come in the store's order, not by name: the two pages together hold each name once.
+  const page = await newPage(t);
+  await page.goto(`${OPEN.console}/#prefix=paging/`);
+  await page.waitForFunction(() => document.body.dataset.listed === '100');
+  const first = await rowNames(page);
+  assert.equal(await page.locator('#previous-page').isDisabled(), true);
+  await page.locator('#next-page').click();
+  await page.locator('#page-number', { hasText: 'page 2' }).waitFor();
+  await page.waitForFunction(() => document.body.dataset.listed === '20');
+  const second = await rowNames(page);
+  const expected = Array.from({ length: 120 }, (_, index) => `paging/lease-${String(index).padStart(3, '0')}`);
+  assert.deepEqual([...first, ...second].sort(), expected);
+  assert.equal(await page.locator('#next-page').isDisabled(), true);
+  await page.locator('#previous-page').click();
+  await page.locator('#page-number', { hasText: 'page 1' }).waitFor();
+  await page.waitForFunction(() => document.body.dataset.listed === '100');
+  assert.deepEqual(await rowNames(page), first);
+  await page.selectOption('#page-size', '50');
+  await page.waitForFunction(() => document.body.dataset.listed === '50');
+  await page.locator('#next-page').click();
+  await page.locator('#page-number', { hasText: 'page 2' }).waitFor();
+  await page.locator('#next-page').click();
+  await page.locator('#page-number', { hasText: 'page 3' }).waitFor();
+  await page.waitForFunction(() => document.body.dataset.listed === '20');
+});
+
 test('a grant and a release made by a client show in the lease view within a second', async (t) => {
   const name = unique('live');
   const page = await newPage(t);
