@@ -149,6 +149,12 @@ pub struct ServeConfig {
     /// Log format; the level is set by RUST_LOG (default info).
     #[arg(long, env = "LEASED_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Export a trace span of every RPC, with its store calls as child spans, over OTLP/gRPC to
+    /// this collector (http:// or https://, e.g. http://otel-collector:4317). Off when unset:
+    /// nothing is recorded.
+    #[arg(long, env = "LEASED_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// How log lines are written.

@@ -157,6 +157,13 @@ pub enum StartupError {
     #[error("the gRPC server failed: {0}")]
     Serve(tonic::transport::Error),
 
+    /// `--otlp-endpoint` is not a URL that traces can be exported to.
+    #[error(
+        "invalid --otlp-endpoint {endpoint:?}: {reason}; give the collector's OTLP/gRPC URL, \
+         e.g. http://otel-collector:4317"
+    )]
+    OtlpEndpoint { endpoint: String, reason: String },
+
     /// Flags that contradict each other (clap catches most combinations first).
     #[error("invalid configuration: {0}")]
     Config(&'static str),

@@ -24,6 +24,7 @@ With `server`:
 - [`error`]: the request error of the core and the startup error.
 - [`metrics`]: the Prometheus registry and its HTTP endpoint.
 - [`shutdown`]: the signal that starts the drain.
+- [`telemetry`]: the RPCs' trace spans and their OTLP export (`--otlp-endpoint`).
 - [`throttle`]: at most one line per interval for log lines that could repeat per request."
 )]
 
@@ -49,6 +50,8 @@ pub mod server;
 pub mod shutdown;
 #[cfg(feature = "server")]
 pub mod store;
+#[cfg(feature = "server")]
+pub mod telemetry;
 #[cfg(feature = "server")]
 pub mod throttle;
 

@@ -7,8 +7,15 @@ use clap::Parser;
 use leased::{
     cli::{Cli, Command},
     config::LogFormat,
+    telemetry::{SPAN_TARGET, export::TraceExport},
 };
-use tracing_subscriber::EnvFilter;
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::{
+    EnvFilter, Layer,
+    filter::{FilterExt, Targets},
+    layer::SubscriberExt,
+    util::SubscriberInitExt,
+};
 
 // mimalloc: gRPC and Redis traffic allocate many small short-lived buffers, which glibc malloc
 // serves slower (docs/src/performance.md).
@@ -25,8 +32,25 @@ const NOISY_LIBRARIES: [&str; 2] = ["h2", "rustls"];
 async fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(config) => {
-            init_logging(config.log_format, "info");
-            match leased::app::serve_until_signalled(config).await {
+            // The trace export is a layer of the logging's subscriber, so it starts first; a bad
+            // endpoint is reported once logging is up.
+            let traces = config.otlp_endpoint.as_deref().map(TraceExport::start);
+            init_logging(
+                config.log_format,
+                "info",
+                traces.as_ref().and_then(|traces| traces.as_ref().ok()),
+            );
+            let served = match traces.transpose() {
+                Ok(traces) => {
+                    let served = leased::app::serve_until_signalled(config).await;
+                    if let Some(traces) = traces {
+                        traces.flush().await;
+                    }
+                    served
+                }
+                Err(error) => Err(error),
+            };
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(%error, "leased failed");
@@ -36,28 +60,37 @@ async fn main() -> ExitCode {
         }
         client_command => {
             // Client subcommands print their results; only warnings go to the log.
-            init_logging(LogFormat::Text, "warn");
+            init_logging(LogFormat::Text, "warn", None);
             leased::cli::run_client(client_command).await
         }
     }
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
+fn init_logging(format: LogFormat, default_level: &str, traces: Option<&TraceExport>) {
     let rust_log = std::env::var("RUST_LOG").ok();
     let filter = EnvFilter::try_new(log_filter(rust_log.as_deref(), default_level))
         .unwrap_or_else(|_| EnvFilter::new(log_filter(None, default_level)));
+    // The RPCs' trace spans are for the OTLP layer alone: never formatted into log lines,
+    // whatever RUST_LOG enables. Without that layer nothing wants them, so they are disabled at
+    // their callsites.
+    let not_traces = Targets::new()
+        .with_default(LevelFilter::TRACE)
+        .with_target(SPAN_TARGET, LevelFilter::OFF);
     let colour = log_colour(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log_lines = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let log_lines = match format {
+        LogFormat::Text => log_lines.boxed(),
+        LogFormat::Json => log_lines.json().boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(log_lines.with_filter(filter.and(not_traces)))
+        .with(traces.map(TraceExport::layer))
+        .init();
 }
 
 /// RUST_LOG (or `default_level` when it is unset or empty), with [`NOISY_LIBRARIES`] at `error`

@@ -77,6 +77,8 @@ pub struct Metrics {
     /// Open Renew and Watch streams, and waiting Acquires, ended because a tokens reload took
     /// away what they do.
     pub streams_ended_by_reload: Counter,
+    /// Trace spans dropped because the export queue was full (a slow or stalled collector).
+    pub trace_spans_dropped: Counter,
     /// 1 while Redis's `maxmemory-policy` may evict lease keys (anything but `noeviction`) and
     /// `--redis-allow-eviction` let the server start anyway.
     pub redis_eviction_unsafe: Gauge,
@@ -126,6 +128,7 @@ impl Metrics {
             metrics_port_evictions: Counter::default(),
             console_evictions: Counter::default(),
             streams_ended_by_reload: Counter::default(),
+            trace_spans_dropped: Counter::default(),
             redis_eviction_unsafe: Gauge::default(),
             redis_wait_duration: latency_histogram(),
             redis_wait_shortfalls: Counter::default(),
@@ -220,6 +223,11 @@ impl Metrics {
             "streams_ended_by_reload",
             "Renew and Watch streams and waiting Acquires ended because a tokens reload removed their access",
             m.streams_ended_by_reload.clone(),
+        );
+        registry.register(
+            "trace_spans_dropped",
+            "Trace spans dropped because the OTLP export queue was full",
+            m.trace_spans_dropped.clone(),
         );
         registry.register(
             "redis_eviction_unsafe",

@@ -1,8 +1,11 @@
 //! `Acquire`: a server stream of `waiting` messages and one terminal `granted` or `not_granted`.
 
+use std::time::Instant;
+
 use futures::future::Either;
 use tokio_stream::{StreamExt, wrappers::ReceiverStream};
 use tonic::{Response, Status};
+use tracing::Span;
 
 use super::{
     auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
@@ -13,20 +16,26 @@ use super::{
 use crate::{
     error::Result,
     lease::{
-        LeaseName, LeaseStore, Occupancy, Placement, limits::AcquireFields, waiting::AcquireEvent,
+        LeaseName, LeaseStore, Occupancy, Placement, ValidatedAcquire, limits::AcquireFields,
+        waiting::AcquireEvent,
     },
     metrics::metrics,
     proto::{
         self, AcquireRequest, AcquireResponse, Granted, NotGranted, Waiting, acquire_response,
     },
+    telemetry,
 };
 
 impl<S: LeaseStore> LeaseServiceImpl<S> {
+    /// Validates and opens an `Acquire` whose trace `span` lasts as long as its stream, and ends
+    /// with its outcome and the time it waited.
     pub(super) async fn acquire_stream(
         &self,
         principal: Option<Principal>,
         request: AcquireRequest,
+        span: &Span,
     ) -> crate::error::Result<Response<ResponseStream<AcquireResponse>>> {
+        let started = Instant::now();
         let request = self.limits.validate_acquire(AcquireFields {
             name: &request.name,
             holder: request.holder,
@@ -38,9 +47,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             lease_id: &request.lease_id,
         })?;
         authorize(&principal, Operation::Acquire, &request.name)?;
+        record_request(span, &request);
         let name = request.name.clone();
         // Lives as long as the response stream: records the RPC when the stream ends or is dropped.
-        let mut recorder = StreamRecorder::start("Acquire");
+        let mut recorder = StreamRecorder::start("Acquire", span);
         let events = match request.wait.is_zero() {
             // Try once: answer before the stream opens, so that the response headers, the answer
             // and the trailers leave in one write, with no task or channel in between.
@@ -62,20 +72,45 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                 ))
             }
         };
+        let span = span.clone();
         let responses = events.map(move |event| match event {
             Ok(event) => {
-                if !matches!(event, AcquireEvent::Waiting(_)) {
-                    recorder.finish(tonic::Code::Ok);
+                if let Some(outcome) = terminal_outcome(&event) {
+                    recorder.finish_with(outcome);
+                    telemetry::record_waited(&span, started.elapsed());
                 }
-                Ok(to_response(&name, event))
+                let response = to_response(&name, event);
+                if let Some(acquire_response::Result::Granted(granted)) = &response.result {
+                    span.record("lease.fencing_token", granted.fencing_token);
+                }
+                Ok(response)
             }
             Err(error) => {
                 let status = Status::from(error);
                 recorder.finish(status.code());
+                telemetry::record_waited(&span, started.elapsed());
                 Err(status)
             }
         });
         Ok(Response::new(Box::pin(responses)))
+    }
+}
+
+/// The request's fields in its trace span (never its `lease_id`: the caller's secret).
+fn record_request(span: &Span, request: &ValidatedAcquire) {
+    span.record("lease.holder", request.holder.as_str());
+    span.record("lease.ttl_ms", request.ttl.as_millis() as u64);
+    span.record("lease.limit", request.limit);
+    span.record("lease.shared", request.shared);
+    span.record("lease.max_wait_ms", request.wait.as_millis() as u64);
+}
+
+/// The outcome of a terminal event, as the span says it; `None` while the caller waits.
+fn terminal_outcome(event: &AcquireEvent) -> Option<&'static str> {
+    match event {
+        AcquireEvent::Granted(_) => Some("granted"),
+        AcquireEvent::NotGranted(_) => Some("not_granted"),
+        AcquireEvent::Waiting(_) => None,
     }
 }
 

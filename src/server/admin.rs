@@ -23,6 +23,7 @@ use crate::{
         LeaseInfo, ListRequest, ListResponse, RevokeRequest, RevokeResponse,
         lease_admin_service_server::LeaseAdminService,
     },
+    telemetry::{ADMIN_SERVICE, rpc_span},
 };
 
 /// The `lease.v1.LeaseAdminService` implementation over any [`LeaseStore`].
@@ -43,7 +44,16 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
 #[tonic::async_trait]
 impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        recorded("List", async {
+        let span = rpc_span(ADMIN_SERVICE, "List", request.metadata());
+        span.record("lease.prefix", request.get_ref().prefix.as_str());
+        let outcome = {
+            let span = span.clone();
+            move |reply: &ListResponse| {
+                span.record("lease.count", reply.leases.len());
+                "listed"
+            }
+        };
+        recorded("List", span, outcome, async {
             let principal = authenticate(&self.auth, &request)?;
             self.list_page(principal, request.into_inner()).await
         })
@@ -54,7 +64,14 @@ impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
         &self,
         request: Request<RevokeRequest>,
     ) -> Result<Response<RevokeResponse>, Status> {
-        recorded("Revoke", async {
+        let span = rpc_span(ADMIN_SERVICE, "Revoke", request.metadata());
+        span.record("lease.name", request.get_ref().name.as_str());
+        span.record("lease.fencing_token", request.get_ref().fencing_token);
+        let outcome = |reply: &RevokeResponse| match reply.revoked {
+            true => "revoked",
+            false => "not_revoked",
+        };
+        recorded("Revoke", span, outcome, async {
             let principal = authenticate(&self.auth, &request)?;
             let caller = Caller::of(&principal, &request);
             self.revoke_one(principal, caller, request.into_inner())

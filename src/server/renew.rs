@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::{sync::mpsc, time::Instant};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status, Streaming};
+use tracing::{Instrument, Span};
 
 use super::{
     auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
@@ -21,6 +22,7 @@ use crate::{
     },
     metrics::{KindLabels, metrics},
     proto::{self, Lost, RenewRequest, RenewResponse, Renewed, renew_response},
+    telemetry,
 };
 
 impl<S: LeaseStore> LeaseServiceImpl<S> {
@@ -28,6 +30,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         mut inbound: Streaming<RenewRequest>,
+        span: &Span,
     ) -> Response<ResponseStream<RenewResponse>> {
         let (responses, receiver) = mpsc::channel(16);
         let store = self.store.clone();
@@ -35,8 +38,9 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let held = self.held_leases.stream(self.max_leases_per_renew_stream);
         let shutdown = self.shutdown.clone();
         let mut access = self.stream_access(principal);
-        tokio::spawn(async move {
-            let mut recorder = StreamRecorder::start("Renew");
+        let stream_span = span.clone();
+        let renewing = async move {
+            let mut recorder = StreamRecorder::start("Renew", &stream_span);
             loop {
                 let request = tokio::select! {
                     message = inbound.message() => message,
@@ -73,11 +77,15 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                         return;
                     }
                 };
+                // Each renewal has a span of its own (a stream renews any number of leases).
+                let renewal = telemetry::renewal_span(&request.name);
                 // Boxed: the store's future (about 8 KB on Redis) then takes memory only while a
                 // renewal is in flight, not for as long as the stream stays open.
                 let answer = Box::pin(renew_one(&*store, &limits, &access, request, &held))
+                    .instrument(renewal.clone())
                     .await
                     .map_err(Status::from);
+                record_renewal(&renewal, &answer);
                 if let Err(status) = &answer {
                     recorder.finish(status.code());
                 }
@@ -86,9 +94,24 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                     return;
                 }
             }
-        });
+        };
+        tokio::spawn(renewing.instrument(span.clone()));
         Response::new(Box::pin(ReceiverStream::new(receiver)))
     }
+}
+
+/// How one renewal ended, in its span: `renewed` (with the fencing token), `lost`, or the code.
+fn record_renewal(span: &Span, answer: &Result<RenewResponse, Status>) {
+    let outcome = match answer.as_ref().map(|response| &response.result) {
+        Ok(Some(renew_response::Result::Renewed(renewed))) => {
+            span.record("lease.fencing_token", renewed.fencing_token);
+            Ok("renewed")
+        }
+        Ok(Some(renew_response::Result::Lost(_))) => Ok("lost"),
+        Ok(None) => Ok("renewed"),
+        Err(status) => Err(status.code()),
+    };
+    telemetry::record_outcome(span, outcome);
 }
 
 /// After a reload: whether the stream's token may still renew every lease the stream holds.

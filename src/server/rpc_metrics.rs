@@ -1,10 +1,15 @@
-//! The gRPC side of the RPC metrics: a status code's label, and the recorder of a streaming RPC.
+//! The gRPC side of the RPC metrics: a status code's label, and the recorder of a streaming RPC
+//! (which also ends its trace span with the outcome).
 
 use std::time::Instant;
 
 use tonic::Code;
+use tracing::Span;
 
-use crate::metrics::{KindLabels, metrics};
+use crate::{
+    metrics::{KindLabels, metrics},
+    telemetry,
+};
 
 /// Records one finished unary RPC with its final status code.
 pub(super) fn record_rpc(rpc: &'static str, code: Code, elapsed: std::time::Duration) {
@@ -37,16 +42,19 @@ fn code_name(code: Code) -> &'static str {
 }
 
 /// Counts one open stream of `rpc` until dropped, then records the RPC with its final code
-/// (`Cancelled` unless [`finish`](Self::finish) said otherwise: the client went away).
+/// (`Cancelled` unless [`finish`](Self::finish) said otherwise: the client went away), and its
+/// outcome in its trace span.
 pub struct StreamRecorder {
     rpc: &'static str,
     started: Instant,
     code: Code,
+    span: Span,
+    outcome: &'static str,
 }
 
 impl StreamRecorder {
-    /// Starts counting a stream of `rpc`.
-    pub fn start(rpc: &'static str) -> Self {
+    /// Starts counting a stream of `rpc`, whose trace span is `span`.
+    pub fn start(rpc: &'static str, span: &Span) -> Self {
         metrics()
             .open_streams
             .get_or_create(&KindLabels { kind: rpc })
@@ -55,12 +63,20 @@ impl StreamRecorder {
             rpc,
             started: Instant::now(),
             code: Code::Cancelled,
+            span: span.clone(),
+            outcome: "completed",
         }
     }
 
     /// Sets the code the stream ended with.
     pub fn finish(&mut self, code: Code) {
         self.code = code;
+    }
+
+    /// The stream ended well, with this outcome (`granted`, ...) for its span.
+    pub fn finish_with(&mut self, outcome: &'static str) {
+        self.code = Code::Ok;
+        self.outcome = outcome;
     }
 }
 
@@ -72,6 +88,11 @@ impl Drop for StreamRecorder {
             .get_or_create(&KindLabels { kind: self.rpc })
             .dec();
         metrics.record_rpc(self.rpc, code_name(self.code), self.started.elapsed());
+        let outcome = match self.code {
+            Code::Ok => Ok(self.outcome),
+            code => Err(code),
+        };
+        telemetry::record_outcome(&self.span, outcome);
     }
 }
 

@@ -5,6 +5,7 @@ use std::{pin::Pin, sync::Arc};
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, Span};
 
 use super::{
     ServerOptions,
@@ -24,6 +25,7 @@ use crate::{
         RenewResponse, WatchEvent, WatchRequest, lease_service_server::LeaseService,
     },
     shutdown::Shutdown,
+    telemetry::{self, LEASE_SERVICE, rpc_span},
 };
 
 /// A boxed response stream, as tonic wants it.
@@ -114,11 +116,14 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<AcquireRequest>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
+        let span = rpc_span(LEASE_SERVICE, "Acquire", request.metadata());
+        span.record("lease.name", request.get_ref().name.as_str());
         // Rejected before a stream existed (no token, bad input): recorded here; a stream records
         // itself when it ends.
-        rejections_recorded("Acquire", async {
+        rejections_recorded("Acquire", &span, async {
             let principal = self.authenticate(&request)?;
-            self.acquire_stream(principal, request.into_inner()).await
+            self.acquire_stream(principal, request.into_inner(), &span)
+                .await
         })
         .await
     }
@@ -127,9 +132,10 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<Streaming<RenewRequest>>,
     ) -> Result<Response<Self::RenewStream>, Status> {
-        rejections_recorded("Renew", async {
+        let span = rpc_span(LEASE_SERVICE, "Renew", request.metadata());
+        rejections_recorded("Renew", &span, async {
             let principal = self.authenticate(&request)?;
-            Ok(self.renew_stream(principal, request.into_inner()))
+            Ok(self.renew_stream(principal, request.into_inner(), &span))
         })
         .await
     }
@@ -138,7 +144,13 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        recorded("Release", async {
+        let span = rpc_span(LEASE_SERVICE, "Release", request.metadata());
+        span.record("lease.name", request.get_ref().name.as_str());
+        let outcome = |reply: &ReleaseResponse| match reply.released {
+            true => "released",
+            false => "not_released",
+        };
+        recorded("Release", span, outcome, async {
             let principal = self.authenticate(&request)?;
             self.release_one(principal, request.into_inner()).await
         })
@@ -149,7 +161,13 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<DescribeRequest>,
     ) -> Result<Response<DescribeResponse>, Status> {
-        recorded("Describe", async {
+        let span = rpc_span(LEASE_SERVICE, "Describe", request.metadata());
+        span.record("lease.name", request.get_ref().name.as_str());
+        let outcome = |reply: &DescribeResponse| match reply.held {
+            true => "held",
+            false => "free",
+        };
+        recorded("Describe", span, outcome, async {
             let principal = self.authenticate(&request)?;
             self.describe_one(principal, request.into_inner()).await
         })
@@ -160,9 +178,11 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        rejections_recorded("Watch", async {
+        let span = rpc_span(LEASE_SERVICE, "Watch", request.metadata());
+        span.record("lease.name", request.get_ref().name.as_str());
+        rejections_recorded("Watch", &span, async {
             let principal = self.authenticate(&request)?;
-            self.watch_stream(principal, request.into_inner())
+            self.watch_stream(principal, request.into_inner(), &span)
         })
         .await
     }
@@ -171,7 +191,14 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<CheckTokenRequest>,
     ) -> Result<Response<CheckTokenResponse>, Status> {
-        recorded("CheckToken", async {
+        let span = rpc_span(LEASE_SERVICE, "CheckToken", request.metadata());
+        span.record("lease.name", request.get_ref().name.as_str());
+        span.record("lease.fencing_token", request.get_ref().fencing_token);
+        let outcome = |reply: &CheckTokenResponse| match reply.current {
+            true => "current",
+            false => "not_current",
+        };
+        recorded("CheckToken", span, outcome, async {
             let principal = self.authenticate(&request)?;
             self.check_one(principal, request.into_inner()).await
         })
@@ -179,31 +206,37 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
     }
 }
 
-/// Runs a unary handler and records its outcome and duration, rejections (no token, no
-/// permission, bad input) included.
+/// Runs a unary handler within its trace `span` and records its outcome and duration,
+/// rejections (no token, no permission, bad input) included; `outcome` names a reply's outcome
+/// in the span.
 pub(super) async fn recorded<T>(
     rpc: &'static str,
+    span: Span,
+    outcome: impl FnOnce(&T) -> &'static str,
     handler: impl Future<Output = crate::error::Result<T>>,
 ) -> Result<Response<T>, Status> {
     let started = std::time::Instant::now();
-    let result = handler.await.map(Response::new).map_err(Status::from);
+    let result = handler.instrument(span.clone()).await.map_err(Status::from);
     let code = result
         .as_ref()
         .map_or_else(Status::code, |_| tonic::Code::Ok);
     rpc_metrics::record_rpc(rpc, code, started.elapsed());
-    result
+    telemetry::record_outcome(&span, result.as_ref().map(outcome).map_err(Status::code));
+    result.map(Response::new)
 }
 
-/// Opens a streaming RPC; a rejection before the stream exists is recorded here (the stream
-/// records itself when it ends).
+/// Opens a streaming RPC within its trace `span`; a rejection before the stream exists is
+/// recorded here (the stream records itself when it ends).
 async fn rejections_recorded<T>(
     rpc: &'static str,
+    span: &Span,
     open: impl Future<Output = crate::error::Result<Response<T>>>,
 ) -> Result<Response<T>, Status> {
     let started = std::time::Instant::now();
-    open.await.map_err(|error| {
+    open.instrument(span.clone()).await.map_err(|error| {
         let status = Status::from(error);
         rpc_metrics::record_rpc(rpc, status.code(), started.elapsed());
+        telemetry::record_outcome(span, Err(status.code()));
         status
     })
 }

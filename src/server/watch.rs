@@ -6,6 +6,7 @@
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Response, Status};
+use tracing::Span;
 
 use super::{
     auth::{Operation, Principal, authorize_stream, reloaded},
@@ -32,6 +33,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         request: WatchRequest,
+        span: &Span,
     ) -> Result<Response<ResponseStream<proto::WatchEvent>>> {
         let name = parse_name(&request.name)?;
         authorize(&principal, Operation::Watch, &name)?;
@@ -40,10 +42,11 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let mut watch = Watch::start(&self.store, name.clone());
         let shutdown = self.shutdown.clone();
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
+        let span = span.clone();
         tokio::spawn(async move {
             // The name stays followed for as long as this task runs.
             let _following = following;
-            let mut recorder = StreamRecorder::start("Watch");
+            let mut recorder = StreamRecorder::start("Watch", &span);
             tracing::debug!(rpc = "Watch", %name, "watching");
             loop {
                 let event = tokio::select! {

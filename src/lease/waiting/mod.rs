@@ -89,7 +89,9 @@ pub fn acquire<S: LeaseStore>(
     shutdown: Shutdown,
 ) -> mpsc::Receiver<Result<AcquireEvent>> {
     let (events, receiver) = mpsc::channel(4);
-    tokio::spawn(async move {
+    // In the caller's span (its RPC's trace span, if traced): the store calls made for it are
+    // its children.
+    let waiting = async move {
         let lease_id = lease_id_for(&request);
         let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
         match outcome {
@@ -108,7 +110,8 @@ pub fn acquire<S: LeaseStore>(
                 let _ = events.send(Err(error)).await;
             }
         }
-    });
+    };
+    tokio::spawn(tracing::Instrument::in_current_span(waiting));
     receiver
 }
 

@@ -23,6 +23,7 @@ use crate::{
         LeasePage, LeaseStore, ListPrefix, Occupancy, QueueStatus, RenewOutcome, Revoked,
         StoreEvents, ValidatedAcquire, limits::parse_name,
     },
+    telemetry,
 };
 
 /// How often expired leases (and the reasons of old revokes) are swept from the maps (reads
@@ -214,6 +215,7 @@ impl LeaseStore for MemoryStore {
         lease_id: &LeaseId,
         entry: Option<&str>,
     ) -> Result<AcquireOutcome> {
+        let _span = telemetry::store_span("memory", "acquire", &request.name).entered();
         let name = &request.name;
         let now = Instant::now();
         let mut wake_ups = WakeUps::default();
@@ -291,6 +293,7 @@ impl LeaseStore for MemoryStore {
         lease_id: &LeaseId,
         ttl: Option<Duration>,
     ) -> Result<RenewOutcome> {
+        let _span = telemetry::store_span("memory", "renew", name).entered();
         let now = Instant::now();
         let mut state = self.state();
         let held = state.leases.get_mut(name.as_str()).and_then(|permits| {
@@ -329,6 +332,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
+        let _span = telemetry::store_span("memory", "release", name).entered();
         let now = Instant::now();
         let wake_ups = {
             let mut state = self.state();
@@ -370,10 +374,12 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn describe(&self, name: &LeaseName) -> Result<Description> {
+        let _span = telemetry::store_span("memory", "describe", name).entered();
         Ok(self.state().describe(name.as_str(), Instant::now()))
     }
 
     async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
+        let _span = telemetry::store_span("memory", "leave", name).entered();
         let now = Instant::now();
         let wake_ups = {
             let mut state = self.state();
@@ -393,12 +399,14 @@ impl LeaseStore for MemoryStore {
 
     /// One process, one replica: every entry of the queue is this replica's.
     async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+        let _span = telemetry::store_span("memory", "queued", name).entered();
         let state = self.state();
         let queue = state.queues.get(name.as_str()).into_iter().flatten();
         Ok(queue.map(|queued| queued.entry.clone()).collect())
     }
 
     async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
+        let _span = telemetry::store_span("memory", "status", name).entered();
         let now = Instant::now();
         let state = self.state();
         let positions = entries
@@ -431,6 +439,7 @@ impl LeaseStore for MemoryStore {
         fencing_token: Option<u64>,
         reason: &str,
     ) -> Result<Vec<Revoked>> {
+        let _span = telemetry::store_span("memory", "revoke", name).entered();
         let now = Instant::now();
         let (revoked, wake_ups) = {
             let mut state = self.state();

@@ -45,6 +45,7 @@ use fred::{
     types::InfoKind,
 };
 use tokio::{sync::mpsc, task::JoinHandle};
+use tracing::Instrument;
 
 pub use keys::LeaseKeys;
 use layout::Layout;
@@ -60,6 +61,7 @@ use crate::{
     error::{Result, StartupError},
     lease::{LeaseName, StoreEvents},
     metrics::metrics,
+    telemetry,
 };
 
 /// Sharded pub/sub (`SSUBSCRIBE`, `SPUBLISH`) came with Redis 7.0.
@@ -306,9 +308,12 @@ impl RedisStore {
             return Err(refusal);
         }
         let started = std::time::Instant::now();
+        let span = telemetry::store_span("redis", operation, name);
         // Boxed: fred's future is several KiB, and every async fn above this one would otherwise
         // hold and move a copy of it (memcpy was 5% of the server's CPU per grant).
-        let reply = Box::pin(self.library.call(client, script, keys, args)).await;
+        let reply = Box::pin(self.library.call(client, script, keys, args))
+            .instrument(span.clone())
+            .await;
         metrics().record_store(operation, started.elapsed(), reply.is_err());
         match reply {
             Ok(value) => Ok(Reply {
@@ -316,7 +321,11 @@ impl RedisStore {
                 name,
                 value,
             }),
-            Err(error) => Err(store_error(operation, name, error)),
+            Err(error) => {
+                let error = store_error(operation, name, error);
+                telemetry::record_store_error(&span, &error);
+                Err(error)
+            }
         }
     }
 }

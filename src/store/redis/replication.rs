@@ -21,11 +21,14 @@ use fred::{
     util::redis_keyslot,
 };
 
+use tracing::Instrument;
+
 use super::{RedisStore, keys::LeaseKeys};
 use crate::{
     error::{Error, Result},
     lease::{LeaseId, LeaseName},
     metrics::metrics,
+    telemetry,
 };
 
 /// `--redis-wait-replicas` and `--redis-wait-timeout`.
@@ -90,6 +93,7 @@ impl RedisStore {
         let acknowledged = client
             .with_options(&options)
             .wait::<i64>(i64::from(replicas), timeout.as_millis() as i64)
+            .instrument(telemetry::store_span("redis", "wait", name))
             .await;
         metrics()
             .redis_wait_duration
