@@ -81,7 +81,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                 }
                 let response = to_response(&name, event);
                 if let Some(acquire_response::Result::Granted(granted)) = &response.result {
-                    span.record("lease.fencing_token", granted.fencing_token);
+                    span.record(
+                        "lease.fencing_token",
+                        telemetry::integer(granted.fencing_token),
+                    );
                 }
                 Ok(response)
             }
@@ -99,10 +102,13 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 /// The request's fields in its trace span (never its `lease_id`: the caller's secret).
 fn record_request(span: &Span, request: &ValidatedAcquire) {
     span.record("lease.holder", request.holder.as_str());
-    span.record("lease.ttl_ms", request.ttl.as_millis() as u64);
-    span.record("lease.limit", request.limit);
+    span.record("lease.ttl_ms", telemetry::integer(request.ttl.as_millis()));
+    span.record("lease.limit", i64::from(request.limit));
     span.record("lease.shared", request.shared);
-    span.record("lease.max_wait_ms", request.wait.as_millis() as u64);
+    span.record(
+        "lease.max_wait_ms",
+        telemetry::integer(request.wait.as_millis()),
+    );
 }
 
 /// The outcome of a terminal event, as the span says it; `None` while the caller waits.

@@ -23,7 +23,7 @@ use crate::{
         LeaseInfo, ListRequest, ListResponse, RevokeRequest, RevokeResponse,
         lease_admin_service_server::LeaseAdminService,
     },
-    telemetry::{ADMIN_SERVICE, rpc_span},
+    telemetry::{self, ADMIN_SERVICE, rpc_span},
 };
 
 /// The `lease.v1.LeaseAdminService` implementation over any [`LeaseStore`].
@@ -49,7 +49,7 @@ impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
         let outcome = {
             let span = span.clone();
             move |reply: &ListResponse| {
-                span.record("lease.count", reply.leases.len());
+                span.record("lease.count", telemetry::integer(reply.leases.len()));
                 "listed"
             }
         };
@@ -66,7 +66,8 @@ impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
     ) -> Result<Response<RevokeResponse>, Status> {
         let span = rpc_span(ADMIN_SERVICE, "Revoke", request.metadata());
         span.record("lease.name", request.get_ref().name.as_str());
-        span.record("lease.fencing_token", request.get_ref().fencing_token);
+        let fencing_token = telemetry::integer(request.get_ref().fencing_token);
+        span.record("lease.fencing_token", fencing_token);
         let outcome = |reply: &RevokeResponse| match reply.revoked {
             true => "revoked",
             false => "not_revoked",

@@ -104,7 +104,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
 fn record_renewal(span: &Span, answer: &Result<RenewResponse, Status>) {
     let outcome = match answer.as_ref().map(|response| &response.result) {
         Ok(Some(renew_response::Result::Renewed(renewed))) => {
-            span.record("lease.fencing_token", renewed.fencing_token);
+            span.record(
+                "lease.fencing_token",
+                telemetry::integer(renewed.fencing_token),
+            );
             Ok("renewed")
         }
         Ok(Some(renew_response::Result::Lost(_))) => Ok("lost"),

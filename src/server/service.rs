@@ -193,7 +193,8 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
     ) -> Result<Response<CheckTokenResponse>, Status> {
         let span = rpc_span(LEASE_SERVICE, "CheckToken", request.metadata());
         span.record("lease.name", request.get_ref().name.as_str());
-        span.record("lease.fencing_token", request.get_ref().fencing_token);
+        let fencing_token = telemetry::integer(request.get_ref().fencing_token);
+        span.record("lease.fencing_token", fencing_token);
         let outcome = |reply: &CheckTokenResponse| match reply.current {
             true => "current",
             false => "not_current",

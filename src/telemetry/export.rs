@@ -59,7 +59,7 @@ impl TraceExport {
     /// the tokio runtime.
     pub fn start(endpoint: &str) -> Result<Self, StartupError> {
         let channel = collector_endpoint(endpoint)?.connect_lazy();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_channel(channel)
             .with_timeout(EXPORT_TIMEOUT)
@@ -68,13 +68,15 @@ impl TraceExport {
                 endpoint: endpoint.to_owned(),
                 reason: error.to_string(),
             })?;
-        let (spans, queued) = mpsc::channel(QUEUE_SPANS);
-        let stop = Arc::new(Notify::new());
-        let exporting = tokio::spawn(export_batches(queued, exporter, stop.clone()));
         let resource = Resource::builder()
             .with_service_name("leased")
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
+        // The provider gives its resource to its processors, not to an exporter behind one.
+        exporter.set_resource(&resource);
+        let (spans, queued) = mpsc::channel(QUEUE_SPANS);
+        let stop = Arc::new(Notify::new());
+        let exporting = tokio::spawn(export_batches(queued, exporter, stop.clone()));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(QueueSpans { spans })
             .with_resource(resource)

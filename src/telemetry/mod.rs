@@ -151,7 +151,13 @@ pub(crate) fn record_outcome(span: &Span, result: Result<&'static str, Code>) {
 
 /// Records how long an Acquire waited for its answer.
 pub(crate) fn record_waited(span: &Span, waited: Duration) {
-    span.record("lease.waited_ms", waited.as_millis() as u64);
+    span.record("lease.waited_ms", integer(waited.as_millis()));
+}
+
+/// A number as an OpenTelemetry integer attribute (an `i64`: `tracing-opentelemetry` exports an
+/// unsigned one as a string), saturated.
+pub(crate) fn integer(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
 }
 
 /// The status codes that OpenTelemetry's gRPC conventions count as a server span's error.

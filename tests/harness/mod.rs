@@ -10,6 +10,7 @@
 //! - [`leased`]: `leased` in this process ([`leased::Leased`]) or as a child process of the real
 //!   binary ([`leased::LeasedProcess`]), and the one wait for SERVING over `grpc.health.v1`.
 //! - [`proxy`]: a fault-injecting TCP proxy for the link to Redis.
+//! - [`otlp`]: an OTLP/gRPC trace receiver in this process, for `--otlp-endpoint`.
 //! - [`flood`]: connections that never become clients (silent, preface only).
 //! - [`proc`]: what `/proc` says about a process, signals, and this process's descriptor limit.
 //!
@@ -22,6 +23,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod flood;
 pub mod leased;
+pub mod otlp;
 pub mod proc;
 pub mod proxy;
 pub mod redis;

@@ -1,0 +1,254 @@
+//! The traces of `leased serve --otlp-endpoint` (issue 30), received by a real OTLP/gRPC trace
+//! receiver (`harness::otlp`) from the real binary on a real redis-server:
+//! - a traced Acquire's span continues the caller's `traceparent` (same trace id, the caller's
+//!   span as parent), carries the lease name, holder, outcome, fencing token and the time it
+//!   waited, and has the store's script calls as child spans; a waiting Acquire's wait is
+//!   measured; the resource names the service and its version;
+//! - no lease id appears anywhere in what is exported, though the Release requests carry them;
+//!   the log (at debug) does not print the spans;
+//! - without `--otlp-endpoint`, nothing is exported;
+//! - an `--otlp-endpoint` (or `LEASED_OTLP_ENDPOINT`) that is not an http(s) URL refuses the
+//!   start, naming the flag.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    LeasedProcess, Log, RedisServer,
+    harness::otlp::{OtlpReceiver, ReceivedSpan},
+};
+use leased::proto::{
+    AcquireRequest, Granted, ReleaseRequest, acquire_response,
+    lease_service_client::LeaseServiceClient,
+};
+use tonic::transport::Channel;
+
+/// The caller's trace, as its `traceparent` names it.
+const CALLER_TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+/// The caller's spans: one per call, so that each RPC's span is found by its parent.
+const FIRST_ACQUIRE_PARENT: &str = "00f067aa0ba902b7";
+const WAITING_ACQUIRE_PARENT: &str = "00f067aa0ba902b8";
+const RELEASE_PARENT: &str = "00f067aa0ba902b9";
+
+/// How long the export may take to reach the receiver (it batches for up to 1 s).
+const EXPORT_WAIT: Duration = Duration::from_secs(15);
+
+/// `message` with the W3C trace context of the caller's span `parent_span_id`.
+fn traced<T>(message: T, parent_span_id: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let traceparent = format!("00-{CALLER_TRACE_ID}-{parent_span_id}-01");
+    let metadata = request.metadata_mut();
+    metadata.insert("traceparent", traceparent.parse().unwrap());
+    metadata.insert("tracestate", "caller=traces-test".parse().unwrap());
+    request
+}
+
+/// A traced Acquire, to its terminal message; panics unless granted.
+async fn acquire_traced(
+    client: &mut LeaseServiceClient<Channel>,
+    holder: &str,
+    wait_ms: i64,
+    parent_span_id: &str,
+) -> Granted {
+    let request = AcquireRequest {
+        name: "traced-lease".into(),
+        holder: holder.into(),
+        ttl_ms: 30_000,
+        wait_ms,
+        ..Default::default()
+    };
+    let mut stream = client
+        .acquire(traced(request, parent_span_id))
+        .await
+        .expect("Acquire failed")
+        .into_inner();
+    loop {
+        let message = stream.message().await.expect("Acquire failed");
+        match message.and_then(|message| message.result) {
+            Some(acquire_response::Result::Waiting(_)) => continue,
+            Some(acquire_response::Result::Granted(granted)) => return granted,
+            other => panic!("{holder} was not granted: {other:?}"),
+        }
+    }
+}
+
+async fn release_traced(client: &mut LeaseServiceClient<Channel>, lease_id: &str, parent: &str) {
+    let request = ReleaseRequest {
+        name: "traced-lease".into(),
+        lease_id: lease_id.into(),
+    };
+    let released = client.release(traced(request, parent)).await.unwrap();
+    assert!(released.into_inner().released);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The RPC span whose parent is the caller's span `parent_span_id`.
+fn child_of_caller<'a>(
+    spans: &'a [ReceivedSpan],
+    parent_span_id: &str,
+) -> Option<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .find(|received| hex(&received.span.parent_span_id) == parent_span_id)
+}
+
+/// The store-call spans directly under `rpc`.
+fn store_calls<'a>(spans: &'a [ReceivedSpan], rpc: &ReceivedSpan) -> Vec<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .filter(|received| received.span.parent_span_id == rpc.span.span_id)
+        .filter(|received| received.attribute("db.system.name").is_some())
+        .collect()
+}
+
+/// A traced Acquire on Redis is exported as a child of the caller's span, with the lease name,
+/// holder, outcome, fencing token and wait time, and the Redis script calls as its children; a
+/// waiting Acquire records how long it waited; no lease id is exported anywhere.
+#[tokio::test]
+async fn acquire_spans_continue_the_callers_trace_with_store_calls_under_them() {
+    let redis = RedisServer::start();
+    let receiver = OtlpReceiver::start().await;
+    let mut server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .args(["--otlp-endpoint", &receiver.endpoint()])
+        .log(Log::Captured)
+        .log_level("debug")
+        .start()
+        .await;
+    let mut first = server.client().await;
+    let mut second = server.client().await;
+
+    let held = acquire_traced(&mut first, "first-holder", 0, FIRST_ACQUIRE_PARENT).await;
+    let waiting = tokio::spawn(async move {
+        acquire_traced(&mut second, "second-holder", 10_000, WAITING_ACQUIRE_PARENT).await
+    });
+    // Long enough for the second caller to be waiting in the queue.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    release_traced(&mut first, &held.lease_id, RELEASE_PARENT).await;
+    let handed_over = waiting.await.unwrap();
+    release_traced(&mut first, &handed_over.lease_id, RELEASE_PARENT).await;
+
+    let spans = receiver
+        .wait_for(EXPORT_WAIT, |spans| {
+            let all_there = [FIRST_ACQUIRE_PARENT, WAITING_ACQUIRE_PARENT, RELEASE_PARENT]
+                .iter()
+                .all(|parent| child_of_caller(spans, parent).is_some());
+            all_there.then(|| spans.to_vec())
+        })
+        .await
+        .unwrap_or_else(|| panic!("the RPC spans were not exported: {:#?}", receiver.spans()));
+
+    let acquire = child_of_caller(&spans, FIRST_ACQUIRE_PARENT).unwrap();
+    assert_eq!(acquire.span.name, "lease.v1.LeaseService/Acquire");
+    assert_eq!(hex(&acquire.span.trace_id), CALLER_TRACE_ID);
+    assert_eq!(acquire.span.trace_state, "caller=traces-test");
+    assert_eq!(
+        acquire.span.kind,
+        opentelemetry_proto::tonic::trace::v1::span::SpanKind::Server as i32
+    );
+    let attribute = |span: &ReceivedSpan, key: &str| {
+        span.attribute(key)
+            .unwrap_or_else(|| panic!("{} has no {key}: {span:#?}", span.span.name))
+    };
+    assert_eq!(attribute(acquire, "lease.name"), "traced-lease");
+    assert_eq!(attribute(acquire, "lease.holder"), "first-holder");
+    assert_eq!(attribute(acquire, "lease.outcome"), "granted");
+    assert_eq!(attribute(acquire, "rpc.grpc.status_code"), "0");
+    assert_eq!(
+        attribute(acquire, "lease.fencing_token"),
+        held.fencing_token.to_string()
+    );
+    let waited_ms: u64 = attribute(acquire, "lease.waited_ms").parse().unwrap();
+    assert!(
+        waited_ms < 5_000,
+        "a try-once Acquire waited {waited_ms} ms"
+    );
+    assert_eq!(
+        acquire.resource_attribute("service.name").as_deref(),
+        Some("leased")
+    );
+    assert_eq!(
+        acquire.resource_attribute("service.version").as_deref(),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+
+    let calls = store_calls(&spans, acquire);
+    assert!(
+        calls.iter().any(|call| call.span.name == "redis acquire"
+            && attribute(call, "db.system.name") == "redis"
+            && attribute(call, "lease.name") == "traced-lease"
+            && hex(&call.span.trace_id) == CALLER_TRACE_ID),
+        "no Redis acquire script call under the Acquire span: {calls:#?}"
+    );
+
+    let waited = child_of_caller(&spans, WAITING_ACQUIRE_PARENT).unwrap();
+    assert_eq!(attribute(waited, "lease.outcome"), "granted");
+    assert_eq!(attribute(waited, "lease.holder"), "second-holder");
+    assert_eq!(attribute(waited, "lease.max_wait_ms"), "10000");
+    let waited_ms: u64 = attribute(waited, "lease.waited_ms").parse().unwrap();
+    assert!(
+        (300..10_000).contains(&waited_ms),
+        "the waiting Acquire waited {waited_ms} ms, about 400 expected"
+    );
+    assert!(
+        !store_calls(&spans, waited).is_empty(),
+        "no store call under the waiting Acquire's span"
+    );
+
+    let release = child_of_caller(&spans, RELEASE_PARENT).unwrap();
+    assert_eq!(release.span.name, "lease.v1.LeaseService/Release");
+    assert_eq!(attribute(release, "lease.outcome"), "released");
+
+    // Every string exported, names, attributes and events included, as the Debug of the
+    // requests prints them.
+    let exported = format!("{:?}", receiver.requests());
+    for lease_id in [&held.lease_id, &handed_over.lease_id] {
+        assert!(!lease_id.is_empty());
+        assert!(
+            !exported.contains(lease_id.as_str()),
+            "a lease id was exported: {exported}"
+        );
+    }
+    // The spans are for the export only: the log, at debug, neither prints them nor names them
+    // as the context of its lines.
+    let log = server.stop_and_read_log();
+    assert!(log.contains("granted"), "{log}");
+    for span_text in ["otel.name", "lease.v1.LeaseService", "rpc{", "store{"] {
+        assert!(!log.contains(span_text), "{span_text} in the log: {log}");
+    }
+}
+
+/// Without `--otlp-endpoint` nothing is exported, even to a receiver that listens and for a
+/// caller who sends a `traceparent`.
+#[tokio::test]
+async fn without_an_otlp_endpoint_nothing_is_exported() {
+    let receiver = OtlpReceiver::start().await;
+    let server = LeasedProcess::serve().start().await;
+    let mut client = server.client().await;
+    let granted = acquire_traced(&mut client, "untraced", 0, FIRST_ACQUIRE_PARENT).await;
+    release_traced(&mut client, &granted.lease_id, RELEASE_PARENT).await;
+    // Twice the export's batch delay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.span_count(), 0);
+}
+
+/// An endpoint that is not an http(s) URL with a host refuses the start, naming the flag,
+/// whether it comes from the flag or from `LEASED_OTLP_ENDPOINT`.
+#[test]
+fn a_bad_otlp_endpoint_refuses_the_start_naming_the_flag() {
+    let from_flag = LeasedProcess::serve().args(["--otlp-endpoint", "collector:4317"]);
+    let from_env = LeasedProcess::serve().envs([(
+        "LEASED_OTLP_ENDPOINT".to_owned(),
+        "ftp://collector:4317".to_owned(),
+    )]);
+    for serve in [from_flag, from_env] {
+        let (status, stderr) = serve.run_to_exit(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("--otlp-endpoint"), "{stderr}");
+    }
+}
