@@ -12,6 +12,8 @@
 //!   renewals over gRPC.
 //! - [`durable`]: what `--redis-wait-replicas 1` costs cycles and renewals, on a Redis master
 //!   with a replica, against `--redis-wait-replicas 0` in turns with it.
+//! - [`tracing_cost`]: what `--otlp-endpoint` costs `grpc_cycle@64`, against no tracing in turns
+//!   with it.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
 //! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
 //!   waiter costs in Redis.
@@ -45,6 +47,7 @@ mod redis_calls;
 mod report;
 mod scale;
 mod scenarios;
+mod tracing_cost;
 mod workload;
 
 use std::{
@@ -275,6 +278,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("rw_cycle", rw_cycle(&run));
     scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
     scenario!("grpc_renew", grpc_renew(&run));
+    scenario!("tracing_cost", tracing_cost::tracing_cost(&run));
     // Not in --quick (CI) unless named: four servers in turns on a Redis pair of its own take 18 s
     // even there.
     if run.wants_beyond_quick("durable_grants") {
