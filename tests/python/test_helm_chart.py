@@ -720,6 +720,23 @@ def test_everything_on(chart):
     assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "platform"
 
 
+def test_tracing_otlp_endpoint(chart):
+    """tracing.otlpEndpoint reaches leased as LEASED_OTLP_ENDPOINT; empty (the default), tracing
+    stays off and the variable is not set at all."""
+    objects, _ = render(chart, {})
+    assert "LEASED_OTLP_ENDPOINT" not in config_map_data(objects)
+    assert "LEASED_OTLP_ENDPOINT" not in env_of(container(objects))
+
+    endpoint = "http://otel-collector.observability:4317"
+    objects, _ = render(chart, {"tracing": {"otlpEndpoint": endpoint}})
+    assert config_map_data(objects)["LEASED_OTLP_ENDPOINT"] == endpoint
+    # The pods read the ConfigMap whole, and roll when it changes.
+    leased = container(objects)
+    assert any(
+        source.get("configMapRef", {}).get("name") == FULLNAME for source in leased["envFrom"]
+    ), leased["envFrom"]
+
+
 def test_in_process_store_with_one_replica(chart):
     objects, notes = render(chart, SCENARIOS["in-process-single-replica"][0])
     env = env_of(container(objects))
@@ -952,6 +969,7 @@ def test_load_balancer_with_auth(chart):
         ({"redis": {"url": "http://redis:6379"}}, "/redis/url"),
         ({"config": {"maxTtl": "24"}}, "/config/maxTtl"),
         ({"config": {"logFormat": "xml"}}, "/config/logFormat"),
+        ({"tracing": {"otlpEndpoint": "otel-collector:4317"}}, "/tracing/otlpEndpoint"),
         ({"config": {"redisPoolSize": 0}}, "/config/redisPoolSize"),
         ({"config": {"drainGraceSeconds": "10s"}}, "/config/drainGraceSeconds"),
         ({"auth": {"enabled": "yes"}}, "/auth/enabled"),
