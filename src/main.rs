@@ -42,7 +42,7 @@ async fn main() -> ExitCode {
             );
             let served = match traces.transpose() {
                 Ok(traces) => {
-                    let served = leased::app::serve_until_signalled(config).await;
+                    let served = leased::app::serve_until_signalled(*config).await;
                     if let Some(traces) = traces {
                         traces.flush().await;
                     }

@@ -49,7 +49,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve lease.v1.LeaseService over gRPC (on Redis with --redis-url, else in-process).
-    Serve(ServeConfig),
+    // Boxed: the server's settings are several times the size of any client command's.
+    Serve(Box<ServeConfig>),
     /// Acquire a lease once and print its lease id and fencing token (no keepalive: it lasts one
     /// TTL unless renewed). Exit 75 if it is held by someone else. With --lease-id, running it
     /// again with the same id answers the same grant.
