@@ -6,6 +6,7 @@
 //!   measured; the resource names the service and its version;
 //! - no lease id appears anywhere in what is exported, though the Release requests carry them;
 //!   the log (at debug) does not print the spans;
+//! - the spans still queued at SIGTERM reach the receiver before the process exits;
 //! - without `--otlp-endpoint`, nothing is exported;
 //! - an `--otlp-endpoint` (or `LEASED_OTLP_ENDPOINT`) that is not an http(s) URL refuses the
 //!   start, naming the flag.
@@ -13,7 +14,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{
     LeasedProcess, Log, RedisServer,
@@ -221,6 +222,34 @@ async fn acquire_spans_continue_the_callers_trace_with_store_calls_under_them() 
     for span_text in ["otel.name", "lease.v1.LeaseService", "rpc{", "store{"] {
         assert!(!log.contains(span_text), "{span_text} in the log: {log}");
     }
+}
+
+/// On SIGTERM the spans still queued are sent before the process exits (after the drain), not
+/// lost with it.
+#[tokio::test]
+async fn spans_still_queued_at_sigterm_are_sent_before_the_exit() {
+    let receiver = OtlpReceiver::start().await;
+    let mut server = LeasedProcess::serve()
+        .args(["--otlp-endpoint", &receiver.endpoint()])
+        .start()
+        .await;
+    let mut client = server.client().await;
+    acquire_traced(&mut client, "drained-holder", 0, FIRST_ACQUIRE_PARENT).await;
+    drop(client);
+    let signalled = Instant::now();
+    server.signal(libc::SIGTERM);
+    // Polled on the runtime, which the receiver needs meanwhile.
+    common::harness::poll_until_async("leased to exit", EXPORT_WAIT, || {
+        std::future::ready(server.try_wait().is_some())
+    })
+    .await
+    .unwrap();
+    println!("exited {:?} after SIGTERM", signalled.elapsed());
+    assert!(
+        child_of_caller(&receiver.spans(), FIRST_ACQUIRE_PARENT).is_some(),
+        "the Acquire's span was lost at the exit: {:#?}",
+        receiver.spans()
+    );
 }
 
 /// Without `--otlp-endpoint` nothing is exported, even to a receiver that listens and for a

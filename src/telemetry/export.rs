@@ -234,7 +234,48 @@ async fn export(exporter: &opentelemetry_otlp::SpanExporter, batch: &mut Vec<Spa
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
+    use opentelemetry::{
+        InstrumentationScope,
+        trace::{SpanContext, SpanId, SpanKind, Status},
+    };
+    use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
+
     use super::*;
+
+    fn finished_span() -> SpanData {
+        SpanData {
+            span_context: SpanContext::empty_context(),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Server,
+            name: "lease.v1.LeaseService/Acquire".into(),
+            start_time: SystemTime::UNIX_EPOCH,
+            end_time: SystemTime::UNIX_EPOCH,
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::default(),
+        }
+    }
+
+    /// A full queue (the export task stalled on its collector) never makes a span wait: the
+    /// span is dropped at once and counted.
+    #[test]
+    fn a_full_queue_drops_and_counts_spans_without_waiting() {
+        let (spans, mut queued) = mpsc::channel(2);
+        let processor = QueueSpans { spans };
+        let dropped_before = metrics().trace_spans_dropped.get();
+        for _ in 0..5 {
+            processor.on_end(finished_span());
+        }
+        assert_eq!(metrics().trace_spans_dropped.get() - dropped_before, 3);
+        assert!(queued.try_recv().is_ok() && queued.try_recv().is_ok());
+        assert!(queued.try_recv().is_err());
+    }
 
     /// Only http:// and https:// URLs with a host are accepted, and the error names the flag.
     #[test]
