@@ -14,7 +14,7 @@
 use std::{collections::HashMap, convert::Infallible, net::SocketAddr, time::Duration};
 
 use futures::{StreamExt, stream};
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::{
     HeaderMap, Method, Request, Response, StatusCode,
     body::{Bytes, Frame, Incoming},
@@ -23,7 +23,7 @@ use hyper::{
 use serde_json::{Value, json};
 use tonic::{Code, Status, metadata::MetadataValue, transport::server::TcpConnectInfo};
 
-use super::{Body, Console, json as to_json};
+use super::{Body, Console, json as to_json, response, whole};
 use crate::{
     lease::{LeaseStore, limits::parse_name},
     proto::{
@@ -300,26 +300,13 @@ fn event_stream(
         Some((frame, Some(events)))
     })
     .map(|frame| Ok::<_, Infallible>(Frame::data(Bytes::from(frame))));
-    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    let body = StreamBody::new(frames).boxed_unsync();
+    response(StatusCode::OK, body, "text/event-stream", Some("no-store"))
 }
 
 fn status_response(status: StatusCode, body: Value) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed_unsync());
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    let body = whole(Bytes::from(body.to_string()));
+    response(status, body, "application/json", Some("no-store"))
 }
 
 fn json_error(code: &str, message: &str) -> Value {

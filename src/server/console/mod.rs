@@ -115,23 +115,39 @@ async fn route<S: LeaseStore>(
     }
 }
 
-fn asset(text: &'static str, content_type: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
+/// Every response the console makes: `body` with its status, content type and caching.
+fn response(
+    status: StatusCode,
+    body: Body,
+    content_type: &'static str,
+    cache_control: Option<&'static str>,
+) -> Response<Body> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    // The files change only with the binary; revalidating each load costs little.
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Some(cache_control) = cache_control {
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static(cache_control),
+        );
+    }
     response
 }
 
+fn whole(bytes: Bytes) -> Body {
+    Full::new(bytes).boxed_unsync()
+}
+
+fn asset(text: &'static str, content_type: &'static str) -> Response<Body> {
+    // The files change only with the binary; revalidating each load costs little.
+    let body = whole(Bytes::from_static(text.as_bytes()));
+    response(StatusCode::OK, body, content_type, Some("no-cache"))
+}
+
 fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response
+    let body = whole(Bytes::from_static(text.as_bytes()));
+    response(status, body, "text/plain; charset=utf-8", None)
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Body> {
