@@ -11,10 +11,7 @@ use leased::{
 };
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::{
-    EnvFilter, Layer,
-    filter::{FilterExt, Targets},
-    layer::SubscriberExt,
-    util::SubscriberInitExt,
+    EnvFilter, Layer, filter::Targets, layer::SubscriberExt, util::SubscriberInitExt,
 };
 
 // mimalloc: gRPC and Redis traffic allocate many small short-lived buffers, which glibc malloc
@@ -87,14 +84,23 @@ fn init_logging(format: LogFormat, default_level: &str, traces: Option<&TraceExp
         LogFormat::Text => log_lines.boxed(),
         LogFormat::Json => log_lines.json().boxed(),
     };
+    // RUST_LOG's filter is global, not a filter of the log layer alone: a per-layer filter that
+    // rejects a record checked at run time (a library's `log` record, `enabled!`) leaves its
+    // "disabled" mark in tracing-subscriber's thread-local filter state, and the next event
+    // whose callsite is cached as always-enabled reads that stale mark and is dropped
+    // (tokio-rs/tracing#2519). That dropped leased's own "store unavailable" lines. A global
+    // filter that rejects clears the state instead. The one per-layer filter left, the log
+    // layer's `not_traces`, rejects only trace spans, which are checked by their callsite.
     tracing_subscriber::registry()
-        .with(log_lines.with_filter(filter.and(not_traces)))
+        .with(filter)
+        .with(log_lines.with_filter(not_traces))
         .with(traces.map(TraceExport::layer))
         .init();
 }
 
 /// RUST_LOG (or `default_level` when it is unset or empty), with [`NOISY_LIBRARIES`] at `error`
-/// unless it names them.
+/// unless it names them, and the trace spans enabled unless it names them: the filter is
+/// global, and whether spans are exported is `--otlp-endpoint`'s to say, not the log level's.
 fn log_filter(rust_log: Option<&str>, default_level: &str) -> String {
     let mut filter = rust_log
         .filter(|directives| !directives.trim().is_empty())
@@ -104,6 +110,9 @@ fn log_filter(rust_log: Option<&str>, default_level: &str) -> String {
         if !filter.contains(library) {
             filter.push_str(&format!(",{library}=error"));
         }
+    }
+    if !filter.contains(SPAN_TARGET) {
+        filter.push_str(&format!(",{SPAN_TARGET}=info"));
     }
     filter
 }
@@ -118,18 +127,30 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 mod tests {
     use super::*;
 
-    /// The noisy libraries stay at error whatever level RUST_LOG sets, unless it names them.
+    /// The noisy libraries stay at error, and the trace spans on (for the OTLP layer), whatever
+    /// level RUST_LOG sets, unless it names them.
     #[test]
-    fn h2_and_rustls_stay_quiet_unless_named() {
-        assert_eq!(log_filter(None, "info"), "info,h2=error,rustls=error");
-        assert_eq!(log_filter(Some(""), "warn"), "warn,h2=error,rustls=error");
+    fn h2_and_rustls_stay_quiet_and_trace_spans_on_unless_named() {
+        const TRACES: &str = ",leased::traces=info";
+        assert_eq!(
+            log_filter(None, "info"),
+            format!("info,h2=error,rustls=error{TRACES}")
+        );
+        assert_eq!(
+            log_filter(Some(""), "warn"),
+            format!("warn,h2=error,rustls=error{TRACES}")
+        );
         assert_eq!(
             log_filter(Some("debug"), "info"),
-            "debug,h2=error,rustls=error"
+            format!("debug,h2=error,rustls=error{TRACES}")
         );
         assert_eq!(
             log_filter(Some("info,h2=debug"), "info"),
-            "info,h2=debug,rustls=error"
+            format!("info,h2=debug,rustls=error{TRACES}")
+        );
+        assert_eq!(
+            log_filter(Some("warn,leased::traces=off"), "info"),
+            "warn,leased::traces=off,h2=error,rustls=error"
         );
     }
 
