@@ -84,13 +84,14 @@ fn init_logging(format: LogFormat, default_level: &str, traces: Option<&TraceExp
         LogFormat::Text => log_lines.boxed(),
         LogFormat::Json => log_lines.json().boxed(),
     };
-    // RUST_LOG's filter is global, not a filter of the log layer alone: a per-layer filter that
-    // rejects a record checked at run time (a library's `log` record, `enabled!`) leaves its
-    // "disabled" mark in tracing-subscriber's thread-local filter state, and the next event
-    // whose callsite is cached as always-enabled reads that stale mark and is dropped
-    // (tokio-rs/tracing#2519). That dropped leased's own "store unavailable" lines. A global
-    // filter that rejects clears the state instead. The one per-layer filter left, the log
-    // layer's `not_traces`, rejects only trace spans, which are checked by their callsite.
+    // RUST_LOG's filter is global, not a filter of the log layer alone: when a per-layer filter
+    // rejects something checked at run time with no event to follow (`tracing::enabled!`, a
+    // library's `log_enabled!` through the `log` bridge), its "disabled" mark stays in
+    // tracing-subscriber's thread-local filter state, and the next event whose call site is
+    // cached as always-enabled reads that stale mark and is dropped (tokio-rs/tracing#2519).
+    // A global filter that rejects clears the state instead. The one per-layer filter left,
+    // the log layer's `not_traces`, rejects only trace spans; nothing asks about those at run
+    // time (telemetry::store_span explains).
     tracing_subscriber::registry()
         .with(filter)
         .with(log_lines.with_filter(not_traces))

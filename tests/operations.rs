@@ -369,10 +369,9 @@ async fn store_unavailable_is_logged_once_per_interval_with_the_suppressed_count
         FAILING_REQUESTS + 1,
         "every failure is either written or counted"
     );
-    // The health check's line for the outage, written by another task on another thread
-    // among fred's own lines. Until the log filter became global, it was always dropped (a
-    // stale per-layer filter mark, see init_logging in src/main.rs), and so, in about 3 runs of
-    // 7, was the later "store unavailable" line.
+    // The health check's line for the outage. It used to be dropped every time, and the later
+    // "store unavailable" line in about 3 runs of 7: a stale per-layer filter mark left by the
+    // store call just before (telemetry::store_span, init_logging in src/main.rs).
     assert!(
         log.contains("store unreachable; health is NOT_SERVING"),
         "the outage's health line is missing:\n{log}"

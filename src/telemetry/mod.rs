@@ -86,10 +86,13 @@ pub(crate) fn renewal_span(name: &str) -> Span {
 /// The span of one store call (a Redis script, a memory store operation) made for an RPC, or a
 /// disabled span outside one: the waiting and watching tasks' own calls (one per wake-up, shared
 /// by every caller of a name) would otherwise each be a trace of their own.
+///
+/// An RPC's span exists only when the OTLP layer is on, so being within one is the whole test.
+/// No `tracing::enabled!` first: that call ran on every store call and, when it answered "no",
+/// left tracing-subscriber's per-layer filter state marked "disabled" with no span or event to
+/// clear it (tokio-rs/tracing#2519). The next log line on that thread read the mark and was
+/// dropped: the health check's "store unreachable" line, after its own store call, every time.
 pub(crate) fn store_span(store: &'static str, operation: &'static str, name: &LeaseName) -> Span {
-    if !tracing::enabled!(target: SPAN_TARGET, tracing::Level::INFO) {
-        return Span::none();
-    }
     let within_rpc = Span::current()
         .metadata()
         .is_some_and(|metadata| metadata.target() == SPAN_TARGET);
