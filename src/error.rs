@@ -62,6 +62,16 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// The `PERMISSION_DENIED` of a call about a grant that another token made with its own
+    /// lease id (`lease::Caller`).
+    pub fn made_by_another_caller() -> Self {
+        Error::PermissionDenied(
+            "lease_id: this lease id holds a grant that another token made; only that token \
+             may use it"
+                .to_owned(),
+        )
+    }
 }
 
 /// Why `leased serve` could not start or stopped serving; each message says what to fix.

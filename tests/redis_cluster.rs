@@ -20,7 +20,8 @@ use common::{
 use futures::StreamExt;
 use leased::{
     lease::{
-        AcquireOutcome, LeaseId, LeaseStore, StoreEvents, ValidatedAcquire, limits::parse_name,
+        AcquireOutcome, Caller, LeaseId, LeaseStore, StoreEvents, ValidatedAcquire,
+        limits::parse_name,
     },
     proto::{
         AcquireRequest, Granted, WatchEvent, acquire_response,
@@ -356,6 +357,7 @@ async fn list_pages_through_2500_leases_on_every_master() {
                 shared: false,
                 max_shared: 10_000,
                 lease_id: None,
+                caller: Caller::anyone(),
             };
             let store = &store;
             async move {

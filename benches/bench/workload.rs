@@ -10,7 +10,7 @@ use std::{
 
 use leased::{
     lease::{
-        AcquireOutcome, LeaseId, LeaseName, LeaseStore, RenewOutcome, StoreEvents,
+        AcquireOutcome, Caller, LeaseId, LeaseName, LeaseStore, RenewOutcome, StoreEvents,
         ValidatedAcquire, limits::parse_name,
     },
     proto::{
@@ -66,6 +66,7 @@ fn direct_request(name: &LeaseName) -> ValidatedAcquire {
         shared: false,
         max_shared: 10_000,
         lease_id: None,
+        caller: Caller::anyone(),
     }
 }
 
@@ -89,7 +90,11 @@ impl Worker for DirectCycle {
         let request = direct_request(&self.name);
         let outcome = self.store.try_acquire(&request, &lease_id, None).await?;
         must_be_granted(&self.name, outcome)?;
-        if !self.store.release(&self.name, &lease_id).await? {
+        if !self
+            .store
+            .release(&self.name, &lease_id, &Caller::anyone())
+            .await?
+        {
             return Err(format!("{} was not released", self.name).into());
         }
         Ok(())
@@ -121,7 +126,11 @@ impl DirectRenew {
 
 impl Worker for DirectRenew {
     async fn op(&mut self) -> BenchResult<()> {
-        match self.store.renew(&self.name, &self.lease_id, None).await? {
+        match self
+            .store
+            .renew(&self.name, &self.lease_id, None, &Caller::anyone())
+            .await?
+        {
             RenewOutcome::Renewed { .. } => Ok(()),
             RenewOutcome::Lost(reason) => {
                 Err(format!("{} lost: {}", self.name, reason.reason()).into())

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LeaseId, LeaseName, ListPrefix, ValidatedAcquire};
+use super::{Caller, LeaseId, LeaseName, ListPrefix, ValidatedAcquire};
 use crate::error::{Error, Result};
 
 /// Longest accepted lease name, in bytes.
@@ -15,6 +15,12 @@ pub const MAX_LEASE_ID_BYTES: usize = 128;
 /// Shortest lease id a caller may choose (`AcquireRequest.lease_id`): 22 characters of its
 /// alphabet hold 128 bits in base64url, the least that cannot be guessed.
 pub const MIN_OWN_LEASE_ID_CHARS: usize = 22;
+
+/// A caller's own lease id has at least this many distinct characters. Random ids pass but for
+/// odds below 1e-12: 32 hex digits (16 random bytes) have fewer than 6 distinct with odds of
+/// about 3e-13, 22 characters of base64url about 3e-18.
+pub const MIN_OWN_LEASE_ID_DISTINCT_CHARS: usize = 6;
+
 /// Longest accepted revoke reason, in bytes.
 pub const MAX_REASON_BYTES: usize = 256;
 /// List's page size when the request leaves it 0.
@@ -125,6 +131,7 @@ impl Limits {
             shared,
             max_shared: self.max_limit,
             lease_id,
+            caller: Caller::anyone(),
         })
     }
 
@@ -228,6 +235,23 @@ pub fn parse_own_lease_id(lease_id: &str) -> Result<LeaseId> {
         return Err(Error::invalid(
             "lease_id",
             format!("may contain only A-Z a-z 0-9 _ -, found another character at byte {offset}"),
+        ));
+    }
+    // A guessable id would let anyone who guesses it renew or release the grant: refuse the
+    // obvious ones (a made-up constant, a counter, a name), which a random id never is.
+    let mut distinct = [false; 256];
+    let distinct_count = lease_id
+        .bytes()
+        .filter(|&byte| !std::mem::replace(&mut distinct[usize::from(byte)], true))
+        .count();
+    if distinct_count < MIN_OWN_LEASE_ID_DISTINCT_CHARS {
+        return Err(Error::invalid(
+            "lease_id",
+            format!(
+                "has only {distinct_count} distinct characters, fewer than \
+                 {MIN_OWN_LEASE_ID_DISTINCT_CHARS}: make it from at least 128 random bits (e.g. \
+                 16 random bytes in base64url or hex)"
+            ),
         ));
     }
     Ok(LeaseId(lease_id.to_owned()))

@@ -96,6 +96,34 @@ impl fmt::Display for LeaseId {
     }
 }
 
+/// Who makes a call, as a grant made with a caller-chosen lease id remembers it: with access
+/// control on, a digest of the calling token's name; without, anyone (nothing is bound). Only the
+/// caller that made such a grant is answered it again, renews it or releases it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller(Option<Arc<str>>);
+
+impl Caller {
+    /// A call without access control: it may use any grant, and binds none.
+    pub fn anyone() -> Caller {
+        Caller(None)
+    }
+
+    /// A call made with the token named `token_name` (the tokens file's `client`).
+    pub fn token(token_name: &str) -> Caller {
+        Caller(Some(sha256_hex(token_name.as_bytes(), 32).into()))
+    }
+
+    /// What the stores keep of it: the digest, or "" for anyone.
+    pub(crate) fn tag(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+
+    /// Whether this caller is refused a grant that `made_by` made: both known, and different.
+    pub(crate) fn is_refused_by(&self, made_by: &Caller) -> bool {
+        matches!((&self.0, &made_by.0), (Some(mine), Some(theirs)) if mine != theirs)
+    }
+}
+
 /// An `Acquire` request whose fields passed validation ([`Limits::validate_acquire`]).
 #[derive(Clone, Debug)]
 pub struct ValidatedAcquire {
@@ -118,6 +146,9 @@ pub struct ValidatedAcquire {
     /// with it is answered that grant, or keeps its place in the queue. `None`: the server
     /// makes one, and each call is a new grant.
     pub lease_id: Option<LeaseId>,
+    /// Who asks ([`Caller::anyone`] until the server sets it after authentication): a grant of
+    /// the caller's own lease id is bound to it.
+    pub caller: Caller,
 }
 
 /// A lease granted to the caller.
@@ -246,6 +277,34 @@ pub enum AcquireOutcome {
     /// A retry with the same own lease id took this waiting call's place in line: the call is
     /// over (its caller went on with the retry).
     Superseded,
+    /// The caller's own lease id holds a grant of the name already, of another mode or limit
+    /// than this request asks for: a retry must ask for what it holds.
+    OwnGrantDiffers(GrantMismatch),
+    /// The caller's own lease id holds a grant of the name that another caller made.
+    OwnGrantOfAnotherCaller,
+}
+
+/// How a retry of a caller's own lease id differs from the grant the id holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantMismatch {
+    /// The grant is shared (`true`) or exclusive, and the request asks for the other.
+    Shared { held: bool },
+    /// The grant is a permit of this limit (1: exclusive or shared), the request asks another.
+    Limit { held: u32 },
+}
+
+impl GrantMismatch {
+    /// Compares a retry's `request` with the grant its lease id holds (`held_limit`, and whether
+    /// it is shared); `None` when they match.
+    pub fn between(request: &ValidatedAcquire, held_limit: u32, held_shared: bool) -> Option<Self> {
+        if request.shared != held_shared {
+            Some(GrantMismatch::Shared { held: held_shared })
+        } else if request.limit != held_limit {
+            Some(GrantMismatch::Limit { held: held_limit })
+        } else {
+            None
+        }
+    }
 }
 
 /// Where this replica's waiters of one name stand: who holds the lease and, for each entry asked
@@ -387,19 +446,23 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<AcquireOutcome>> + Send;
 
     /// Moves the expiry forward if `lease_id` still holds `name`. `ttl: None` keeps the granted TTL.
+    /// A grant that another `caller` made with its own lease id is `PERMISSION_DENIED`.
     fn renew(
         &self,
         name: &LeaseName,
         lease_id: &LeaseId,
         ttl: Option<Duration>,
+        caller: &Caller,
     ) -> impl Future<Output = Result<RenewOutcome>> + Send;
 
     /// Ends the lease (the permit) if `lease_id` holds it, without lock-delay, and wakes the
-    /// caller in line that the freed permit goes to; false if it did not hold it.
+    /// caller in line that the freed permit goes to; false if it did not hold it. A grant that
+    /// another `caller` made with its own lease id is `PERMISSION_DENIED` (and nothing ends).
     fn release(
         &self,
         name: &LeaseName,
         lease_id: &LeaseId,
+        caller: &Caller,
     ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Who holds `name` (every permit), and how many wait for it.

@@ -8,7 +8,7 @@ use tonic::{Response, Status};
 use tracing::Span;
 
 use super::{
-    auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
+    auth::{Operation, Principal, StreamAccess, authorize_stream, caller_of, reloaded},
     followed_names::Following,
     rpc_metrics::StreamRecorder,
     service::{LeaseServiceImpl, ResponseStream, authorize},
@@ -36,7 +36,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         span: &Span,
     ) -> crate::error::Result<Response<ResponseStream<AcquireResponse>>> {
         let started = Instant::now();
-        let request = self.limits.validate_acquire(AcquireFields {
+        let mut request = self.limits.validate_acquire(AcquireFields {
             name: &request.name,
             holder: request.holder,
             ttl_ms: request.ttl_ms,
@@ -47,6 +47,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             lease_id: &request.lease_id,
         })?;
         authorize(&principal, Operation::Acquire, &request.name)?;
+        request.caller = caller_of(&principal);
         record_request(span, &request);
         let name = request.name.clone();
         // Lives as long as the response stream: records the RPC when the stream ends or is dropped.

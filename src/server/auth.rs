@@ -24,7 +24,7 @@ use tonic::metadata::MetadataMap;
 
 use crate::{
     error::{Error, Result},
-    lease::{LeaseName, ListPrefix},
+    lease::{Caller, LeaseName, ListPrefix},
 };
 
 /// What a token may be allowed to do. No token may do anything it does not list: in particular
@@ -133,6 +133,11 @@ impl Principal {
     /// The operations this token may do.
     pub fn operations(&self) -> &[Operation] {
         &self.operations
+    }
+
+    /// The caller that grants of its own lease ids are bound to: the token's name.
+    pub fn caller(&self) -> Caller {
+        Caller::token(&self.client)
     }
 
     /// What identifies the token in per-token bounds (never logged).
@@ -249,6 +254,8 @@ impl Authenticator {
 pub struct StreamAccess {
     auth: Arc<Authenticator>,
     principal: Principal,
+    /// The principal's [`Caller`], made once for the stream's every message.
+    caller: Caller,
     reloads: watch::Receiver<u64>,
 }
 
@@ -257,6 +264,7 @@ impl StreamAccess {
         let reloads = auth.reloads.subscribe();
         StreamAccess {
             auth,
+            caller: principal.caller(),
             principal,
             reloads,
         }
@@ -293,6 +301,20 @@ pub fn authorize_stream(
     access
         .as_ref()
         .map_or(Ok(()), |access| access.authorize(operation, name))
+}
+
+/// Who calls, when access control is on (`None`: it is off, and the caller is anyone).
+pub fn caller_of(principal: &Option<Principal>) -> Caller {
+    principal
+        .as_ref()
+        .map_or_else(Caller::anyone, Principal::caller)
+}
+
+/// Who calls on an open stream (`None`: access control is off, and the caller is anyone).
+pub fn stream_caller(access: &Option<StreamAccess>) -> Caller {
+    access
+        .as_ref()
+        .map_or_else(Caller::anyone, |access| access.caller.clone())
 }
 
 /// [`StreamAccess::reloaded`], or never when access control is off (`None`).

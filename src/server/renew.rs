@@ -9,7 +9,7 @@ use tonic::{Response, Status, Streaming};
 use tracing::{Instrument, Span};
 
 use super::{
-    auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded},
+    auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded, stream_caller},
     held_leases::StreamLeases,
     rpc_metrics::StreamRecorder,
     service::{LeaseServiceImpl, ResponseStream},
@@ -147,7 +147,8 @@ async fn renew_one<S: LeaseStore>(
             held.limit()
         )));
     }
-    let result = match store.renew(&name, &lease_id, ttl).await? {
+    let caller = stream_caller(access);
+    let result = match store.renew(&name, &lease_id, ttl, &caller).await? {
         RenewOutcome::Renewed {
             fencing_token,
             ttl_ms,

@@ -9,7 +9,7 @@ use tracing::{Instrument, Span};
 
 use super::{
     ServerOptions,
-    auth::{Authenticator, Operation, Principal, StreamAccess},
+    auth::{Authenticator, Operation, Principal, StreamAccess, caller_of},
     followed_names::{FollowedNames, Following},
     held_leases::HeldLeases,
     rpc_metrics,
@@ -251,7 +251,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let name = parse_name(&request.name)?;
         authorize(&principal, Operation::Release, &name)?;
         let lease_id = parse_lease_id(&request.lease_id)?;
-        let released = self.store.release(&name, &lease_id).await?;
+        let released = self
+            .store
+            .release(&name, &lease_id, &caller_of(&principal))
+            .await?;
         if released {
             self.held_leases.released(&name, &lease_id);
         }

@@ -13,8 +13,9 @@
 //!   revoking one shared grant leaves the others;
 //! - `shared` with a limit is INVALID_ARGUMENT naming `shared`, a counting lease answers a shared
 //!   caller FAILED_PRECONDITION; a bad own lease id is INVALID_ARGUMENT naming `lease_id`;
-//! - an Acquire retried with its own lease id is answered the same grant, and a retried wait
-//!   keeps its place in line (on the other replica, too);
+//! - an Acquire retried with its own lease id is answered the same grant (only when it asks for
+//!   the mode and limit it holds), and a retried wait keeps its place in line (on the other
+//!   replica, too);
 //! - 100 give-ups racing releases, each by cancel + Release of the own id: 0 orphans.
 
 #[path = "../common/mod.rs"]
@@ -123,6 +124,7 @@ on_both_stores!(
     watch_and_list_show_each_holders_mode,
     shared_with_a_limit_is_refused,
     a_retry_with_the_same_id_is_answered_the_same_grant,
+    a_retry_that_asks_for_another_mode_or_limit_is_refused,
     a_retried_wait_keeps_its_place_in_line,
     a_retry_ends_the_call_it_took_the_place_of,
     a_bad_own_lease_id_is_invalid_argument_naming_lease_id,

@@ -48,6 +48,81 @@ pub async fn a_retry_with_the_same_id_is_answered_the_same_grant(replicas: &Repl
     }
 }
 
+/// A retry is answered the grant its id holds only when it asks for what it holds: an exclusive
+/// retry of a shared grant (another reader holding beside it), a shared retry of an exclusive
+/// grant and a retry of a permit with another limit are FAILED_PRECONDITION naming `shared` or
+/// `limit`, and nothing changes; a retry with another TTL is answered the grant as it was made.
+pub async fn a_retry_that_asks_for_another_mode_or_limit_is_refused(replicas: &Replicas) {
+    let mut first = replicas.client(0).await;
+    let mut second = replicas.client(1).await;
+
+    // The reproduction: reader-1 holds with its own id, reader-2 beside it, and a
+    // "writer" retries reader-1's id asking for an exclusive grant.
+    let name = "own/mode-rw";
+    let id = own_id();
+    let reader = must_acquire_request(
+        &mut first,
+        AcquireRequest {
+            shared: true,
+            ..with_id(name, "reader-1", &id, 0)
+        },
+    )
+    .await;
+    take(&mut second, name, "reader-2", true).await;
+    let status = acquire_refusal(&mut second, with_id(name, "writer", &id, 0)).await;
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().starts_with("shared:"), "{status:?}");
+    let holders = describe(&mut first, name).await.holders;
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    assert!(holders.iter().all(|holder| holder.shared), "{holders:?}");
+    // Asking for what it holds, with another TTL: the grant as it was made.
+    let again = must_acquire_request(
+        &mut second,
+        AcquireRequest {
+            shared: true,
+            ttl_ms: 5_000,
+            ..with_id(name, "reader-1", &id, 0)
+        },
+    )
+    .await;
+    assert_eq!(again, reader);
+
+    // An exclusive grant retried as shared.
+    let name = "own/mode-exclusive";
+    let id = own_id();
+    must_acquire_request(&mut first, with_id(name, "writer", &id, 0)).await;
+    let shared_retry = AcquireRequest {
+        shared: true,
+        ..with_id(name, "writer", &id, 5_000)
+    };
+    let status = acquire_refusal(&mut second, shared_retry).await;
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().starts_with("shared:"), "{status:?}");
+    let holders = describe(&mut first, name).await.holders;
+    assert_eq!(holders.len(), 1);
+    assert!(!holders[0].shared);
+
+    // A permit of a limit-3 lease retried with limit 1 and with limit 2.
+    let name = "own/mode-limit";
+    let id = own_id();
+    let permit = AcquireRequest {
+        limit: 3,
+        ..with_id(name, "worker", &id, 0)
+    };
+    must_acquire_request(&mut first, permit.clone()).await;
+    for limit in [1, 2] {
+        let retry = AcquireRequest {
+            limit,
+            ..permit.clone()
+        };
+        let status = acquire_refusal(&mut second, retry).await;
+        assert_eq!(status.code(), Code::FailedPrecondition, "limit {limit}");
+        assert!(status.message().starts_with("limit:"), "{status:?}");
+    }
+    assert_eq!(describe(&mut first, name).await.holders.len(), 1);
+    must_acquire_request(&mut second, permit).await;
+}
+
 /// A waiter whose call broke off retries with its own id: it is back at its place (on the
 /// other replica, when there are two), ahead of the caller who queued after it, and it is the
 /// one granted at the release.
@@ -98,8 +173,21 @@ pub async fn a_bad_own_lease_id_is_invalid_argument_naming_lease_id(replicas: &R
         assert!(status.message().contains("lease_id"), "{status:?}");
         assert!(!status.message().contains(&secret), "echoed: {status:?}");
     }
-    // 22 characters of the alphabet is the shortest accepted.
-    let shortest = "A-z_9".repeat(5)[..22].to_owned();
+    // An id of few distinct characters is refused as guessable, without being echoed.
+    for guessable in [
+        "a".repeat(22),
+        "S".repeat(11) + &"x".repeat(11),
+        "ab12".repeat(8),
+    ] {
+        let status =
+            acquire_refusal(&mut client, with_id("own/bad", "holder", &guessable, 0)).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{guessable:?}");
+        assert!(status.message().contains("lease_id"), "{status:?}");
+        assert!(status.message().contains("distinct"), "{status:?}");
+        assert!(!status.message().contains(&guessable), "echoed: {status:?}");
+    }
+    // 22 characters of the alphabet, 6 of them distinct, is the least accepted.
+    let shortest = "A-z_90".repeat(4)[..22].to_owned();
     let grant = must_acquire_request(&mut client, with_id("own/bad", "holder", &shortest, 0)).await;
     assert_eq!(grant.lease_id, shortest);
 }

@@ -8,7 +8,7 @@ use crate::common::*;
 use crate::{grant, name, pttl_ms, request, store_on};
 use leased::{
     config::ServeConfig,
-    lease::LeaseStore,
+    lease::{Caller, LeaseStore},
     proto::{AcquireRequest, acquire_response},
 };
 
@@ -72,7 +72,7 @@ async fn the_owner_hash_keeps_the_counter_and_only_a_live_grants_fields() {
 
     assert!(
         store
-            .release(&name("layout"), &first.lease_id)
+            .release(&name("layout"), &first.lease_id, &Caller::anyone())
             .await
             .unwrap()
     );
@@ -132,7 +132,7 @@ async fn a_counting_lease_hands_its_counter_to_the_owner_hash() {
     let exclusive = grant(&store, &request("pool", "solo", ttl, 1, Duration::ZERO)).await;
     assert!(
         store
-            .release(&name("pool"), &exclusive.lease_id)
+            .release(&name("pool"), &exclusive.lease_id, &Caller::anyone())
             .await
             .unwrap()
     );
@@ -147,7 +147,7 @@ async fn a_counting_lease_hands_its_counter_to_the_owner_hash() {
     for permit in [&first, &second] {
         assert!(
             store
-                .release(&name("pool"), &permit.lease_id)
+                .release(&name("pool"), &permit.lease_id, &Caller::anyone())
                 .await
                 .unwrap()
         );

@@ -27,8 +27,8 @@ use std::{
 use common::*;
 use leased::{
     lease::{
-        AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, StoreEvents, ValidatedAcquire,
-        limits::parse_name,
+        AcquireOutcome, Caller, Grant, LeaseId, LeaseName, LeaseStore, StoreEvents,
+        ValidatedAcquire, limits::parse_name,
     },
     store::{RedisOptions, RedisStore, ReplicaWait},
 };
@@ -90,6 +90,7 @@ fn request(
         shared: false,
         max_shared: 10_000,
         lease_id: None,
+        caller: Caller::anyone(),
     }
 }
 

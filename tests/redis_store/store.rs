@@ -8,7 +8,7 @@ use crate::{grant, name, pttl_ms, request, store_on};
 use fred::prelude::{Builder, ClientLike, Config, EventInterface, PubsubInterface};
 use leased::{
     error::Error,
-    lease::{LeaseGone, LeaseStore, RenewOutcome, Revoked, limits::parse_list_prefix},
+    lease::{Caller, LeaseGone, LeaseStore, RenewOutcome, Revoked, limits::parse_list_prefix},
     proto::ListRequest,
     store::RedisStore,
 };
@@ -66,7 +66,12 @@ async fn changes_are_published_only_while_someone_listens() {
     );
     assert_eq!(redis.command(&["CONFIG", "RESETSTAT"]), "+OK");
     let granted = grant(&store, &exclusive).await;
-    assert!(store.release(&watched, &granted.lease_id).await.unwrap());
+    assert!(
+        store
+            .release(&watched, &granted.lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         command_calls(redis.port, "spublish"),
         0,
@@ -84,14 +89,19 @@ async fn changes_are_published_only_while_someone_listens() {
         )
     );
     let RenewOutcome::Renewed { expires_at_ms, .. } = store
-        .renew(&watched, &granted.lease_id, None)
+        .renew(&watched, &granted.lease_id, None, &Caller::anyone())
         .await
         .unwrap()
     else {
         panic!("not renewed");
     };
     expect_no_message(&mut messages, "a renewal").await;
-    assert!(store.release(&watched, &granted.lease_id).await.unwrap());
+    assert!(
+        store
+            .release(&watched, &granted.lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         next_message(&mut messages).await,
         format!("r{} {expires_at_ms} worker 7 (eu)", granted.fencing_token)
@@ -127,7 +137,12 @@ async fn changes_are_published_only_while_someone_listens() {
             permit.fencing_token, permit.expires_at_ms
         )
     );
-    assert!(store.release(&watched, &permit.lease_id).await.unwrap());
+    assert!(
+        store
+            .release(&watched, &permit.lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     assert_eq!(
         next_message(&mut messages).await,
         format!("r{} {} pool", permit.fencing_token, permit.expires_at_ms)
@@ -191,10 +206,18 @@ async fn a_revoked_holder_learns_the_reason_for_the_grants_ttl() {
         reason: "disk wedged".into(),
     });
     assert_eq!(
-        store.renew(&job, &first.lease_id, None).await.unwrap(),
+        store
+            .renew(&job, &first.lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         revoked_because
     );
-    assert!(!store.release(&job, &first.lease_id).await.unwrap());
+    assert!(
+        !store
+            .release(&job, &first.lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
 
     // Free at once (no lock-delay after a revoke); the next holder's grant does not hide why.
     let second = grant(
@@ -210,7 +233,10 @@ async fn a_revoked_holder_learns_the_reason_for_the_grants_ttl() {
     .await;
     assert!(second.fencing_token > first.fencing_token);
     assert_eq!(
-        store.renew(&job, &first.lease_id, None).await.unwrap(),
+        store
+            .renew(&job, &first.lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         revoked_because
     );
 
@@ -220,7 +246,10 @@ async fn a_revoked_holder_learns_the_reason_for_the_grants_ttl() {
         ":0"
     );
     assert_eq!(
-        store.renew(&job, &first.lease_id, None).await.unwrap(),
+        store
+            .renew(&job, &first.lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         RenewOutcome::Lost(LeaseGone::HeldByAnother)
     );
 
@@ -272,14 +301,14 @@ async fn a_revoked_holder_learns_the_reason_for_the_grants_ttl() {
     );
     assert!(matches!(
         store
-            .renew(&pool, &permits[0].lease_id, None)
+            .renew(&pool, &permits[0].lease_id, None, &Caller::anyone())
             .await
             .unwrap(),
         RenewOutcome::Renewed { .. }
     ));
     assert_eq!(
         store
-            .renew(&pool, &permits[1].lease_id, None)
+            .renew(&pool, &permits[1].lease_id, None, &Caller::anyone())
             .await
             .unwrap(),
         RenewOutcome::Lost(LeaseGone::Revoked {
@@ -357,7 +386,11 @@ async fn list_scans_only_lease_keys_under_the_prefix() {
     .await;
     assert!(
         store
-            .release(&name("jobs/released"), &released.lease_id)
+            .release(
+                &name("jobs/released"),
+                &released.lease_id,
+                &Caller::anyone()
+            )
             .await
             .unwrap()
     );

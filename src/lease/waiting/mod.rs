@@ -17,8 +17,8 @@ use tokio::{
 };
 
 use super::{
-    AcquireOutcome, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, Replica,
-    ValidatedAcquire, waiters::Ticket,
+    AcquireOutcome, Caller, Grant, GrantMismatch, LeaseId, LeaseName, LeaseStore, Occupancy,
+    Placement, Replica, ValidatedAcquire, waiters::Ticket,
 };
 use crate::{
     error::{Error, Result},
@@ -274,6 +274,21 @@ fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
             "shared: {limit} shared grants hold this lease already, the most a name may have \
              (--max-limit)"
         )),
+        AcquireOutcome::OwnGrantDiffers(GrantMismatch::Shared { held }) => {
+            Error::FailedPrecondition(format!(
+                "shared: this lease id holds {} grant of this name, and a retry must ask for the \
+                 mode it holds (shared={held}); a new acquisition takes a new id",
+                if held { "a shared" } else { "an exclusive" }
+            ))
+        }
+        AcquireOutcome::OwnGrantDiffers(GrantMismatch::Limit { held }) => {
+            Error::FailedPrecondition(format!(
+                "limit: this lease id holds a grant of this name with limit {held}, not {}: a \
+                 retry must ask for the limit it holds",
+                request.limit
+            ))
+        }
+        AcquireOutcome::OwnGrantOfAnotherCaller => Error::made_by_another_caller(),
         other => Error::Internal {
             name: request.name.to_string(),
             detail: format!("{other:?} is not a refusal"),
@@ -440,7 +455,8 @@ async fn release_quietly<S: LeaseStore>(
     let give_up_at = Instant::now() + ttl + UNDO_MARGIN;
     let mut interval = FIRST_UNDO_RETRY;
     for attempt in 0u32.. {
-        match store.release(name, lease_id).await {
+        // The server's own undo of its caller's grant: not bound by who the caller is.
+        match store.release(name, lease_id, &Caller::anyone()).await {
             Ok(true) => return,
             Ok(false) if undo == Undo::Made => return,
             Ok(false) => {}

@@ -72,11 +72,12 @@ impl LeaseStore for Peer {
         name: &LeaseName,
         lease_id: &LeaseId,
         ttl: Option<Duration>,
+        caller: &Caller,
     ) -> Result<RenewOutcome> {
-        self.store.renew(name, lease_id, ttl).await
+        self.store.renew(name, lease_id, ttl, caller).await
     }
-    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
-        self.store.release(name, lease_id).await
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
+        self.store.release(name, lease_id, caller).await
     }
     async fn describe(&self, name: &LeaseName) -> Result<Description> {
         self.store.describe(name).await
@@ -149,7 +150,12 @@ async fn peer_first_then_release(
         other => panic!("expected Waiting, got {other:?}"),
     }
     let released_at = Instant::now();
-    assert!(store.release(&name(), &holder).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     (waiter, released_at)
 }
 

@@ -104,7 +104,12 @@ async fn a_release_wakes_the_waiter_at_once() {
         "granted while the lease was held"
     );
     let released_at = Instant::now();
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     match events.recv().await.unwrap().unwrap() {
         AcquireEvent::Granted(grant) => assert!(grant.deliver().fencing_token > holder_token),
         other => panic!("expected Granted, got {other:?}"),
@@ -127,7 +132,12 @@ async fn waiters_are_served_first_come_first_served() {
         waiters.push(events);
     }
     for served in 0..3 {
-        assert!(store.release(&name(), &holder_id).await.unwrap());
+        assert!(
+            store
+                .release(&name(), &holder_id, &Caller::anyone())
+                .await
+                .unwrap()
+        );
         let grant = match waiters[served].recv().await.unwrap().unwrap() {
             AcquireEvent::Granted(grant) => grant.deliver(),
             other => panic!("waiter {served}: expected Granted, got {other:?}"),
@@ -151,7 +161,12 @@ async fn a_try_once_caller_never_overtakes_a_waiter() {
     let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
     next_waiting(&mut waiter).await;
     // Released and retried in the same instant, before the waiter's task runs.
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let outcome = store
         .try_acquire(&request(1_000, 0), &LeaseId::generate(), None)
         .await
@@ -294,7 +309,12 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
     store.try_acquire(&late, &lease_id, None).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(store.describe(&name()).await.unwrap().holders.len(), 1);
-    assert!(store.release(&name(), &lease_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     // An unknown outcome is tried for its TTL and the margin, then no more: its tries run at
     // 0, 0.25, 0.75, ... 63.75 s, and the next would be at 127.75 s.
     let other_id = LeaseId::generate();
@@ -322,7 +342,12 @@ async fn a_grant_left_in_the_stream_buffer_is_released_to_the_next() {
     next_waiting(&mut first).await;
     let mut second = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
     next_waiting(&mut second).await;
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     // Let the first waiter's grant land in its buffer, then leave without reading it.
     tokio::time::sleep(Duration::from_millis(1)).await;
     drop(first);
@@ -376,7 +401,12 @@ async fn a_woken_entry_without_a_caller_is_taken_out() {
     assert_eq!(queued(&store).await, 2);
 
     let released_at = Instant::now();
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     loop {
         match waiter.recv().await.unwrap().unwrap() {
             AcquireEvent::Waiting(_) => continue,
@@ -553,7 +583,12 @@ async fn a_release_skips_the_lock_delay() {
     let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
     next_waiting(&mut events).await;
     let released_at = Instant::now();
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     next_grant(&mut events).await;
     assert_eq!(Instant::now(), released_at);
 }
@@ -617,7 +652,12 @@ async fn readers_behind_a_writer_are_granted_together_and_the_next_writer_waits_
     let mut late_reader = acquire(store.clone(), shared(60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut late_reader).await.0, 5);
 
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let mut grants = Vec::new();
     for events in &mut readers {
         // Their positions may move first; then the grant, with no time passing.
@@ -632,14 +672,24 @@ async fn readers_behind_a_writer_are_granted_together_and_the_next_writer_waits_
     }
     assert_eq!(store.describe(&name()).await.unwrap().holders.len(), 3);
     for grant in &grants[..2] {
-        assert!(store.release(&name(), &grant.lease_id).await.unwrap());
+        assert!(
+            store
+                .release(&name(), &grant.lease_id, &Caller::anyone())
+                .await
+                .unwrap()
+        );
     }
     // Two of three readers gone: the writer still waits.
     tokio::time::sleep(Duration::from_secs(1)).await;
     while let Ok(event) = writer.try_recv() {
         assert!(matches!(event, Ok(AcquireEvent::Waiting(_))), "{event:?}");
     }
-    assert!(store.release(&name(), &grants[2].lease_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &grants[2].lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let written = loop {
         match writer.recv().await.unwrap().unwrap() {
             AcquireEvent::Waiting(_) => continue,

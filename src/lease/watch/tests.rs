@@ -12,8 +12,8 @@ use super::*;
 use super::{tending::READ_RETRY, view::RELEASE_GRACE};
 use crate::{
     lease::{
-        AcquireOutcome, ChangeCause, Description, Grant, LeaseChange, LeaseId, LeasePage, Limits,
-        ListPrefix, QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire,
+        AcquireOutcome, Caller, ChangeCause, Description, Grant, LeaseChange, LeaseId, LeasePage,
+        Limits, ListPrefix, QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire,
         limits::AcquireFields,
     },
     store::{MemoryStore, memory::test_replica},
@@ -112,7 +112,12 @@ async fn grants_releases_and_revokes_arrive_in_order() {
         (granted.limit, tokens(&granted)),
         (1, vec![alpha.fencing_token])
     );
-    assert!(store.release(&name(), &alpha_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &alpha_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
     assert_eq!((released.limit, released.holders.len()), (0, 0));
 
@@ -173,10 +178,18 @@ async fn renewals_are_not_events() {
     next(&mut watch).await;
     for _ in 0..10 {
         assert_quiet(&mut watch, Duration::from_millis(400)).await;
-        let renewed = store.renew(&name(), &alpha_id, None).await.unwrap();
+        let renewed = store
+            .renew(&name(), &alpha_id, None, &Caller::anyone())
+            .await
+            .unwrap();
         assert!(matches!(renewed, RenewOutcome::Renewed { .. }));
     }
-    assert!(store.release(&name(), &alpha_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &alpha_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
 }
 
@@ -214,7 +227,12 @@ async fn a_stale_grant_is_ignored() {
     };
     store.watchers().changed(NAME, unknown);
     assert_quiet(&mut watch, Duration::from_secs(1)).await;
-    assert!(store.release(&name(), &alpha_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &alpha_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
     assert_eq!(released.subject.unwrap().holder, "alpha");
 }
@@ -232,7 +250,12 @@ async fn a_counting_lease_has_one_event_per_permit() {
         assert_eq!((event.limit, event.holders.len()), (3, index + 1));
         grants.push((lease_id, grant));
     }
-    assert!(store.release(&name(), &grants[1].0).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &grants[1].0, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let released = expect(&mut watch, UpdateCause::Released, grants[1].1.fencing_token).await;
     assert_eq!(
         tokens(&released),
@@ -264,7 +287,12 @@ async fn a_lagging_watcher_gets_a_snapshot() {
         let (lease_id, grant) = take(&*store, &request("busy", 10_000, 1, 0)).await;
         expect(&mut fast, UpdateCause::Granted, grant.fencing_token).await;
         if round < 99 {
-            assert!(store.release(&name(), &lease_id).await.unwrap());
+            assert!(
+                store
+                    .release(&name(), &lease_id, &Caller::anyone())
+                    .await
+                    .unwrap()
+            );
             expect(&mut fast, UpdateCause::Released, grant.fencing_token).await;
         }
         last = Some((lease_id, grant));
@@ -272,7 +300,12 @@ async fn a_lagging_watcher_gets_a_snapshot() {
     let (last_id, last) = last.unwrap();
     let snapshot = expect(&mut slow, UpdateCause::Snapshot, last.fencing_token).await;
     assert_eq!(tokens(&snapshot), vec![last.fencing_token]);
-    assert!(store.release(&name(), &last_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &last_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     expect(&mut slow, UpdateCause::Released, last.fencing_token).await;
     expect(&mut fast, UpdateCause::Released, last.fencing_token).await;
 }
@@ -359,12 +392,13 @@ impl LeaseStore for Unreliable {
         name: &LeaseName,
         lease_id: &LeaseId,
         ttl: Option<Duration>,
+        caller: &Caller,
     ) -> Result<RenewOutcome> {
-        self.store.renew(name, lease_id, ttl).await
+        self.store.renew(name, lease_id, ttl, caller).await
     }
 
-    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
-        self.store.release(name, lease_id).await
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
+        self.store.release(name, lease_id, caller).await
     }
 
     async fn describe(&self, name: &LeaseName) -> Result<Description> {
@@ -464,7 +498,12 @@ async fn reads_at_the_deadlines_catch_what_messages_missed() {
         vec![alpha.fencing_token, beta.fencing_token]
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(store.release(&name(), &alpha_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &alpha_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let (_, gamma) = take(&*store, &request("gamma", 5_000, 2, 0)).await;
 
     expect(&mut watch, UpdateCause::Expired, beta.fencing_token).await;
@@ -486,7 +525,12 @@ async fn a_late_release_report_within_the_grace_is_a_release() {
     let (_, beta) = take(&*store, &request("beta", 500, 2, 0)).await;
     let mut watch = Watch::start(&store, name());
     next(&mut watch).await;
-    assert!(store.release(&name(), &alpha_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &alpha_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     expect(&mut watch, UpdateCause::Expired, beta.fencing_token).await;
     tokio::time::sleep(RELEASE_GRACE / 2).await;
     let report = LeaseChange {
@@ -532,7 +576,12 @@ async fn every_watcher_sees_every_event() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     for _ in 0..CYCLES {
         let (lease_id, _) = take(&*store, &request("cycling", 10_000, 1, 0)).await;
-        assert!(store.release(&name(), &lease_id).await.unwrap());
+        assert!(
+            store
+                .release(&name(), &lease_id, &Caller::anyone())
+                .await
+                .unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let mut expected = vec![UpdateCause::Snapshot];

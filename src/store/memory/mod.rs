@@ -17,11 +17,11 @@ use super::{from_hex, invalid_page_token, to_hex};
 #[cfg(test)]
 use crate::lease::Replica;
 use crate::{
-    error::Result,
+    error::{Error, Result},
     lease::{
-        AcquireOutcome, ChangeCause, DescribedLease, Description, LeaseGone, LeaseId, LeaseName,
-        LeasePage, LeaseStore, ListPrefix, Occupancy, QueueStatus, RenewOutcome, Revoked,
-        StoreEvents, ValidatedAcquire, limits::parse_name,
+        AcquireOutcome, Caller, ChangeCause, DescribedLease, Description, LeaseGone, LeaseId,
+        LeaseName, LeasePage, LeaseStore, ListPrefix, Occupancy, QueueStatus, RenewOutcome,
+        Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
     },
     telemetry,
 };
@@ -221,9 +221,8 @@ impl LeaseStore for MemoryStore {
         let mut wake_ups = WakeUps::default();
         let outcome = {
             let mut state = self.state();
-            if let Some(current) = state.held_by(name, lease_id, now) {
-                // A retry of a grant that already happened: answer it again.
-                return Ok(AcquireOutcome::Granted(current.grant()));
+            if let Some(again) = state.answer_again(request, lease_id, now) {
+                return Ok(again);
             }
             if request.lease_id.is_some() && state.lease_id_ended(name, lease_id, now) {
                 return Ok(AcquireOutcome::LeaseIdEnded);
@@ -292,6 +291,7 @@ impl LeaseStore for MemoryStore {
         name: &LeaseName,
         lease_id: &LeaseId,
         ttl: Option<Duration>,
+        caller: &Caller,
     ) -> Result<RenewOutcome> {
         let _span = telemetry::store_span("memory", "renew", name).entered();
         let now = Instant::now();
@@ -318,6 +318,9 @@ impl LeaseStore for MemoryStore {
                 false => LeaseGone::ExpiredOrReleased,
             }));
         };
+        if caller.is_refused_by(&lease.made_by) {
+            return Err(Error::made_by_another_caller());
+        }
         if let Some(ttl) = ttl {
             lease.ttl = ttl;
         }
@@ -331,7 +334,7 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
         let _span = telemetry::store_span("memory", "release", name).entered();
         let now = Instant::now();
         let wake_ups = {
@@ -350,6 +353,9 @@ impl LeaseStore for MemoryStore {
                 state.end_lease_id(name, lease_id, now);
                 return Ok(false);
             };
+            if caller.is_refused_by(&permits.taken[index].made_by) {
+                return Err(Error::made_by_another_caller());
+            }
             let released = permits.taken.swap_remove(index);
             if released.own_id || permits.limit > 1 || permits.shared {
                 state.end_lease_id(name, lease_id, now);

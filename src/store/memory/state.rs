@@ -10,8 +10,9 @@ use tokio::time::Instant;
 
 use crate::{
     lease::{
-        ChangeCause, Description, ENDED_LEASE_ID_KEPT, Expiry, Grant, Holder, LeaseChange, LeaseId,
-        LeaseName, MAX_ENDED_LEASE_IDS, Occupancy, StoreEvents, ValidatedAcquire, is_shared_entry,
+        AcquireOutcome, Caller, ChangeCause, Description, ENDED_LEASE_ID_KEPT, Expiry, Grant,
+        GrantMismatch, Holder, LeaseChange, LeaseId, LeaseName, MAX_ENDED_LEASE_IDS, Occupancy,
+        StoreEvents, ValidatedAcquire, is_shared_entry,
     },
     store::unix_micros,
 };
@@ -100,6 +101,9 @@ pub(super) struct HeldLease {
     pub(super) expires_at_unix_ms: i64,
     /// The caller chose its lease id: its release leaves the id ended.
     pub(super) own_id: bool,
+    /// Who made a grant of the caller's own lease id (anyone, for the server's ids): only it is
+    /// answered it again, renews it or releases it.
+    pub(super) made_by: Caller,
 }
 
 impl HeldLease {
@@ -252,6 +256,10 @@ impl State {
             expires_at: now + request.ttl,
             expires_at_unix_ms: unix_millis_after(request.ttl.as_millis() as i64),
             own_id: request.lease_id.is_some(),
+            made_by: match request.lease_id {
+                Some(_) => request.caller.clone(),
+                None => Caller::anyone(),
+            },
         };
         let grant = lease.grant();
         let change = lease.change(ChangeCause::Granted, request.limit, request.shared, "");
@@ -351,18 +359,29 @@ impl State {
         self.last_arrival
     }
 
-    /// The lease `lease_id` holds on `name`, if its TTL has not passed.
-    pub(super) fn held_by(
+    /// The answer to a retry of `request` whose lease id holds a grant of its name already (the
+    /// first reply was lost): the grant as it was made, if the retry asks for its mode and limit
+    /// and comes from the caller that made it; `None` when the id holds nothing.
+    pub(super) fn answer_again(
         &self,
-        name: &LeaseName,
+        request: &ValidatedAcquire,
         lease_id: &LeaseId,
         now: Instant,
-    ) -> Option<&HeldLease> {
-        self.leases
-            .get(name.as_str())?
+    ) -> Option<AcquireOutcome> {
+        let permits = self.leases.get(request.name.as_str())?;
+        let lease = permits
             .taken
             .iter()
-            .find(|lease| lease.lease_id == *lease_id && lease.is_held(now))
+            .find(|lease| lease.lease_id == *lease_id && lease.is_held(now))?;
+        Some(if request.caller.is_refused_by(&lease.made_by) {
+            AcquireOutcome::OwnGrantOfAnotherCaller
+        } else if let Some(mismatch) =
+            GrantMismatch::between(request, permits.limit, permits.shared)
+        {
+            AcquireOutcome::OwnGrantDiffers(mismatch)
+        } else {
+            AcquireOutcome::Granted(lease.grant())
+        })
     }
 
     /// The first `count` entries in line: those the free permits go to.

@@ -73,15 +73,26 @@ async fn a_revoke_ends_the_grant_and_tells_its_holder_why() {
     // Freed at once: no lock-delay after a revoke.
     assert!(store.describe(&name()).await.unwrap().holders.is_empty());
     assert_eq!(
-        store.renew(&name(), &lease_id, None).await.unwrap(),
+        store
+            .renew(&name(), &lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         revoked_because("wedged on disk")
     );
-    assert!(!store.release(&name(), &lease_id).await.unwrap());
+    assert!(
+        !store
+            .release(&name(), &lease_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let (_, next) = take(&store, &request(NAME, 10_000, 1, 0)).await;
     assert!(next.fencing_token > grant.fencing_token);
     // Even with another holder now, the revoked one is told it was revoked.
     assert_eq!(
-        store.renew(&name(), &lease_id, None).await.unwrap(),
+        store
+            .renew(&name(), &lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         revoked_because("wedged on disk")
     );
 }
@@ -94,12 +105,18 @@ async fn a_revoke_reason_is_kept_for_the_ttl() {
     store.revoke(&name(), None, "maintenance").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_999)).await;
     assert_eq!(
-        store.renew(&name(), &lease_id, None).await.unwrap(),
+        store
+            .renew(&name(), &lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         revoked_because("maintenance")
     );
     tokio::time::sleep(SWEEP_INTERVAL).await;
     assert_eq!(
-        store.renew(&name(), &lease_id, None).await.unwrap(),
+        store
+            .renew(&name(), &lease_id, None, &Caller::anyone())
+            .await
+            .unwrap(),
         RenewOutcome::Lost(LeaseGone::ExpiredOrReleased)
     );
     assert!(store.state().revoked.is_empty());
@@ -199,7 +216,11 @@ async fn list_pages_through_every_held_lease_once() {
     let (released_id, _) = take(&store, &request("svc/released", 60_000, 1, 0)).await;
     assert!(
         store
-            .release(&parse_name("svc/released").unwrap(), &released_id)
+            .release(
+                &parse_name("svc/released").unwrap(),
+                &released_id,
+                &Caller::anyone(),
+            )
             .await
             .unwrap()
     );
@@ -362,7 +383,12 @@ async fn the_run_of_shared_callers_at_the_head_is_due_together() {
     let status = store.queue_status(&name(), &[]).await.unwrap();
     assert_eq!((status.occupancy.due, status.due.len()), (0, 0));
 
-    assert!(store.release(&name(), &writer_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &writer_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let status = store.queue_status(&name(), &[]).await.unwrap();
     assert_eq!(status.occupancy.due, 3);
     assert_eq!(status.due, ["r:1s", "r:2s", "r:3s"]);
@@ -417,7 +443,12 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
         "{outcome:?}"
     );
 
-    assert!(store.release(&name(), &holder_id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &holder_id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
     let AcquireOutcome::Granted(grant) = outcome else {
         panic!("expected the retry granted, got {outcome:?}");
@@ -425,7 +456,12 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
     // Idempotent: asked again, the same grant.
     let again = store.try_acquire(&waiting, &id, None).await.unwrap();
     assert_eq!(again, AcquireOutcome::Granted(grant));
-    assert!(store.release(&name(), &id).await.unwrap());
+    assert!(
+        store
+            .release(&name(), &id, &Caller::anyone())
+            .await
+            .unwrap()
+    );
     let late = store.try_acquire(&waiting, &id, None).await.unwrap();
     assert_eq!(late, AcquireOutcome::LeaseIdEnded);
     // A minute later the id may be used again: a new wait, behind the caller still waiting.

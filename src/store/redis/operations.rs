@@ -16,8 +16,8 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        AcquireOutcome, Description, ENDED_LEASE_ID_KEPT, LeaseGone, LeaseId, LeaseName, LeasePage,
-        LeaseStore, ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
+        AcquireOutcome, Caller, Description, ENDED_LEASE_ID_KEPT, LeaseGone, LeaseId, LeaseName,
+        LeasePage, LeaseStore, ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
     },
     metrics::metrics,
 };
@@ -55,6 +55,7 @@ impl LeaseStore for RedisStore {
                 flag(request.shared),
                 request.max_shared.to_string(),
                 flag(own_id),
+                request.caller.tag().to_owned(),
             ]);
         }
         let client = self.pool.next();
@@ -64,11 +65,17 @@ impl LeaseStore for RedisStore {
             .await?;
         let outcome = reply.acquire_outcome(lease_id, self.max_waiters_per_name)?;
         if let AcquireOutcome::Granted(_) = outcome {
+            // A grant answered again was answered before, to an earlier call: it is never undone
+            // here, and its shortfall only answers UNAVAILABLE (the holder retries). Its answer
+            // wrote a mark, so the WAIT covers the grant even if another connection made it.
+            let made_here = !reply.answered_again();
             let confirmed = self
                 .confirm_on_replicas(client, connections, name, Confirmed::Grant)
                 .await;
             if let Err(error) = confirmed {
-                self.release_unconfirmed(name, lease_id).await;
+                if made_here {
+                    self.release_unconfirmed(name, lease_id).await;
+                }
                 return Err(error);
             }
         }
@@ -80,6 +87,7 @@ impl LeaseStore for RedisStore {
         name: &LeaseName,
         lease_id: &LeaseId,
         ttl: Option<Duration>,
+        caller: &Caller,
     ) -> Result<RenewOutcome> {
         let keys = self.keys(name);
         let ttl_ms = ttl.map_or(0, |ttl| ttl.as_millis() as u64);
@@ -101,9 +109,13 @@ impl LeaseStore for RedisStore {
                     lease_id_digest(lease_id),
                     ttl_ms.to_string(),
                     self.counter_keep_ms(),
+                    caller.tag().to_owned(),
                 ],
             )
             .await?;
+        if reply.int(0)? == 2 {
+            return Err(Error::made_by_another_caller());
+        }
         if reply.int(0)? == 1 {
             let renewed = RenewOutcome::Renewed {
                 fencing_token: reply.token(1)?,
@@ -124,8 +136,8 @@ impl LeaseStore for RedisStore {
         }))
     }
 
-    async fn release(&self, name: &LeaseName, lease_id: &LeaseId) -> Result<bool> {
-        self.release_keeping(name, lease_id, ENDED_LEASE_ID_KEPT)
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
+        self.run_release(name, lease_id, ReleaseBy::Holder(caller))
             .await
     }
 
@@ -329,31 +341,46 @@ impl LeaseStore for RedisStore {
     }
 }
 
+/// Who releases a grant, as release.lua takes it.
+enum ReleaseBy<'a> {
+    /// Its holder (`Release`), as this caller: the lease id stays ended for
+    /// [`ENDED_LEASE_ID_KEPT`].
+    Holder(&'a Caller),
+    /// The call that made it, for want of replicas: the id is not ended (a retry may be
+    /// granted), and a grant that another call was answered stays held.
+    UnconfirmedGrant,
+}
+
 /// A yes/no argument of a script: '1' or '0'.
 fn flag(yes: bool) -> String {
     String::from(if yes { "1" } else { "0" })
 }
 
 impl RedisStore {
-    /// Releases a grant and leaves its lease id free to be granted again (a grant that its
-    /// replicas did not confirm: [`replication`](super::replication)).
-    pub(super) async fn release_without_ending(
+    /// Releases a grant that its replicas did not confirm, made by this very call, unless
+    /// another call was answered it meanwhile; leaves its lease id free to be granted again
+    /// ([`replication`](super::replication)). Answers whether it released.
+    pub(super) async fn release_unconfirmed_grant(
         &self,
         name: &LeaseName,
         lease_id: &LeaseId,
     ) -> Result<bool> {
-        self.release_keeping(name, lease_id, Duration::ZERO).await
+        self.run_release(name, lease_id, ReleaseBy::UnconfirmedGrant)
+            .await
     }
 
-    /// Releases `lease_id`'s grant of `name` and records the id as ended for `ended_kept` (an
-    /// Acquire with it is refused meanwhile; zero records nothing). Answers whether it held.
-    async fn release_keeping(
+    /// Runs release.lua for `lease_id`'s grant of `name`. Answers whether it released.
+    async fn run_release(
         &self,
         name: &LeaseName,
         lease_id: &LeaseId,
-        ended_kept: Duration,
+        by: ReleaseBy<'_>,
     ) -> Result<bool> {
         let keys = self.keys(name);
+        let (ended_kept, caller, unconfirmed) = match by {
+            ReleaseBy::Holder(caller) => (ENDED_LEASE_ID_KEPT, caller.tag(), false),
+            ReleaseBy::UnconfirmedGrant => (Duration::ZERO, "", true),
+        };
         let reply = self
             .run(
                 Script::Release,
@@ -363,11 +390,16 @@ impl RedisStore {
                     lease_id_digest(lease_id),
                     self.counter_keep_ms(),
                     ended_kept.as_millis().to_string(),
+                    caller.to_owned(),
+                    flag(unconfirmed),
                 ],
             )
             .await?;
-        if reply.int(0)? == 0 {
-            return Ok(false);
+        match reply.int(0)? {
+            1 => {}
+            2 => return Err(Error::made_by_another_caller()),
+            // 0: not held; 3: an unconfirmed grant that another call was answered, left held.
+            _ => return Ok(false),
         }
         // The wake-ups are on their way through pub/sub too; if a caller they go to waits on
         // this replica, the reply reaches it sooner.

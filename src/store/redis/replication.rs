@@ -117,12 +117,13 @@ impl RedisStore {
         )))
     }
 
-    /// Releases a grant that its replicas did not confirm, so that it is never left held
-    /// unanswered. The caller's own lease id is not ended by it (its retry may be granted). A
-    /// release that fails leaves the grant to expire at its TTL (counted in
-    /// `leased_unconfirmed_grants_expiring_total`).
+    /// Releases a grant that this call made and its replicas did not confirm, so that it is never
+    /// left held unanswered, unless another call (a retry of the caller's own lease id) was
+    /// answered it meanwhile: that grant stays held. The caller's own lease id is not ended by it
+    /// (its retry may be granted). A release that fails leaves the grant to expire at its TTL
+    /// (counted in `leased_unconfirmed_grants_expiring_total`).
     pub(super) async fn release_unconfirmed(&self, name: &LeaseName, lease_id: &LeaseId) {
-        match self.release_without_ending(name, lease_id).await {
+        match self.release_unconfirmed_grant(name, lease_id).await {
             Ok(_) => {}
             Err(error) => {
                 metrics().unconfirmed_grants_expiring.inc();

@@ -8,7 +8,7 @@ use fred::{
 
 use crate::{
     error::{Error, Result},
-    lease::{AcquireOutcome, Expiry, Grant, Holder, LeaseId, LeaseName, Occupancy},
+    lease::{AcquireOutcome, Expiry, Grant, GrantMismatch, Holder, LeaseId, LeaseName, Occupancy},
 };
 
 /// Connection trouble is `UNAVAILABLE` (retrying later may succeed). Anything Redis refused on
@@ -117,6 +117,16 @@ impl Reply<'_> {
             }),
             5 => Ok(AcquireOutcome::LeaseIdEnded),
             6 => Ok(AcquireOutcome::Superseded),
+            7 => {
+                let held = self.count(2)?;
+                Ok(AcquireOutcome::OwnGrantDiffers(
+                    match self.string(1)?.as_str() {
+                        "shared" => GrantMismatch::Shared { held: held == 1 },
+                        _ => GrantMismatch::Limit { held },
+                    },
+                ))
+            }
+            8 => Ok(AcquireOutcome::OwnGrantOfAnotherCaller),
             _ => {
                 let mut occupancy = self.occupancy(2)?;
                 occupancy.due = self.count(2 + OCCUPANCY_FIELDS)?;
@@ -126,6 +136,12 @@ impl Reply<'_> {
                 })
             }
         }
+    }
+
+    /// Whether acquire.lua's grant answered a grant that the lease id held already (a retry),
+    /// rather than one this call made.
+    pub(super) fn answered_again(&self) -> bool {
+        self.int(4).is_ok_and(|again| again == 1)
     }
 
     fn broken(&self, what: String) -> Error {

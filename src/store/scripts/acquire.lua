@@ -29,8 +29,11 @@
 -- ARGV[7]  max_waiters (the whole queue, every replica)   ARGV[8] limit (1: exclusive)
 -- ARGV[9]  lock_delay_ms   ARGV[10] '1': a shared grant   ARGV[11] the most shared grants at once
 -- ARGV[12] '1': the caller chose its lease id (its place in line is kept for a retry)
---          (ARGV[10] to ARGV[12] may be left out: an exclusive grant of a server-made lease id)
--- Reply    {1, token, ttl_ms, expires_at_ms}   granted (also when ARGV[1] already holds it)
+-- ARGV[13] the caller's principal ('' without access control; bound_principal() of prelude.lua)
+--          (ARGV[10] to ARGV[13] may be left out: an exclusive grant of a server-made lease id)
+-- Reply    {1, token, ttl_ms, expires_at_ms, again}   granted; again: 1 when ARGV[1] already held
+--                    it and this call only answered that grant again (and marked it so), 0 when
+--                    this call made it
 --          {0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
 --           lock_delay_ms, shared, due}
 --                    not granted: occupancy() of prelude.lua; held 0 when no permit is taken (the
@@ -43,6 +46,10 @@
 --          {5}                                 the caller's own lease id was released lately
 --          {6}                                 a retry with the same lease id took this entry's
 --                                              place in line: this call is over
+--          {7, field, held}                    ARGV[1] holds a grant of the name, of another mode
+--                                              ('shared', held 0 or 1) or limit ('limit', held the
+--                                              limit): a retry must ask for what it holds
+--          {8}                                 ARGV[1] holds a grant made by another principal
 --
 -- Numbers are stored as strings made with %d. Lua's own tostring and `..` use %.14g, which rounds
 -- 16-digit microsecond tokens, and the expiry is compared as a string with the value stored in the
@@ -54,17 +61,36 @@ local now_ms, now_us = redis_now()
 local ttl_ms, limit, delay_ms = tonumber(ARGV[3]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local keep_ms = tonumber(ARGV[4])
 local shared, own_id = ARGV[10] == '1', ARGV[12] == '1'
+local principal = ARGV[13] or ''
+
+-- The answer to a retry of a grant that ARGV[1] holds already (the first reply was lost): the
+-- grant again, as it was made (its TTL and expiry stand: renew to change them), if the retry asks
+-- for the mode and limit it holds and comes from the principal that made it. Marked as answered
+-- again through `mark`, so that the call that made it does not undo it (prelude.lua).
+local function answer_again(bound, held_limit, held_shared, token, grant_ttl_ms, expires_at_ms, mark)
+  if foreign(bound, principal) then
+    return {8}
+  end
+  if held_shared ~= shared then
+    return {7, 'shared', held_shared and 1 or 0}
+  end
+  if held_limit ~= limit then
+    return {7, 'limit', held_limit}
+  end
+  mark()
+  return {1, token, grant_ttl_ms, expires_at_ms, 1}
+end
 
 -- Who takes the name now: {taken, limit, held, holder fields...} as occupancy() answers.
 local occupied
 local takeover = false
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'i', 'h', 't', 'l', 'e', 'd')
+  local owner = redis.call('HMGET', owner_key, 'i', 'h', 't', 'l', 'e', 'd', 'p')
   local current_ms = tonumber(current)
   if owner[1] == lease_id and owner[5] == current and current_ms > now_ms then
-    -- A retry of this very grant (the first reply was lost): answer it again.
-    return {1, tonumber(owner[3]), tonumber(owner[4]), current_ms}
+    return answer_again(bound_principal(owner[7], lease_id), 1, false, tonumber(owner[3]),
+      tonumber(owner[4]), current_ms, function() redis.call('HSET', owner_key, 'a', lease_id) end)
   end
   if redis.call('PTTL', lease) == -1 and current_ms and current_ms < now_ms then
     -- A key with no TTL whose timestamp has passed: the classic SETNX lock left by a crashed client.
@@ -92,7 +118,11 @@ if not occupied then
   if counting then
     local mine = parse_permit(redis.call('HGET', holders, lease_id))
     if mine and mine.exp > now_ms then
-      return {1, mine.token, mine.ttl, mine.exp}
+      -- Permits of limit 1 are the shared grants of a read-write lease.
+      local held_limit = tonumber(redis.call('HGET', holders, 'limit')) or 1
+      local _, principal_field, mark_field = permit_fields_of(lease_id)
+      return answer_again(redis.call('HGET', holders, principal_field), held_limit, held_limit == 1,
+        mine.token, mine.ttl, mine.exp, function() redis.call('HSET', holders, mark_field, '1') end)
     end
     drop_freed_permits(permits, holders, owner_key, now_ms, keep_ms)
     occupied = permits_occupancy(permits, holders, now_ms)
@@ -135,7 +165,7 @@ if granting then
   if shared and occupied[1] >= tonumber(ARGV[11]) then
     return {4, tonumber(ARGV[11])}
   end
-  local last = redis.call('HMGET', owner_key, 't', 'd', 'o')
+  local last = redis.call('HMGET', owner_key, 't', 'd', 'o', 'p', 'a')
   -- While a counting lease or shared grants hold permits, their grants count in the holders hash.
   local counted = counting and redis.call('HGET', holders, 't')
   local token = next_token(math.max(tonumber(last[1]) or 0, tonumber(counted) or 0), now_us)
@@ -160,6 +190,14 @@ if granting then
     elseif last[3] then
       redis.call('HDEL', owner_key, 'o') -- an earlier grant's, which expired
     end
+    if own_id and principal ~= '' then
+      redis.call('HSET', owner_key, 'p', lease_id .. ' ' .. principal)
+    elseif last[4] then
+      redis.call('HDEL', owner_key, 'p') -- an earlier grant's, which expired
+    end
+    if last[5] then
+      redis.call('HDEL', owner_key, 'a') -- an earlier grant's, which expired
+    end
     if delay_ms > 0 then
       redis.call('HSET', owner_key, 'd', ARGV[9])
     elseif last[2] then
@@ -175,6 +213,16 @@ if granting then
     end
     redis.call('HSET', holders, lease_id, permit_record(token, expires_at_ms, ttl_ms, delay_ms, holder),
       'limit', ARGV[8], 't', token_text)
+    if own_id then
+      -- An earlier permit of this id, in its lock-delay, may have left its principal and mark.
+      local _, principal_field, mark_field = permit_fields_of(lease_id)
+      redis.call('HDEL', holders, mark_field)
+      if principal ~= '' then
+        redis.call('HSET', holders, principal_field, principal)
+      else
+        redis.call('HDEL', holders, principal_field)
+      end
+    end
     redis.call('ZADD', permits, expires_at_ms + delay_ms, lease_id)
     keep_permits(permits, holders, now_ms)
   end
@@ -196,7 +244,7 @@ if granting then
       redis.call('SPUBLISH', channel, granted_message(token, limit, ttl_ms, expires_at_ms, holder))
     end
   end
-  return {1, token, ttl_ms, expires_at_ms}
+  return {1, token, ttl_ms, expires_at_ms, 0}
 end
 if due > 0 then
   -- Callers ahead take the free permits. Wake them again in case they missed the release.

@@ -208,8 +208,42 @@ local function lease_holder(lease, owner_key, now_ms)
 end
 
 -- The fields of an exclusive grant in the owner hash; 't' stays, as the name's counter.
--- 'o' marks a grant whose lease id the caller chose (its release leaves the id ended).
-local GRANT_FIELDS = {'i', 'h', 'l', 'e', 'd', 'o'}
+-- 'o' marks a grant whose lease id the caller chose (its release leaves the id ended); 'p' and
+-- 'a' are such a grant's principal and answered-again mark (bound_principal() below).
+local GRANT_FIELDS = {'i', 'h', 'l', 'e', 'd', 'o', 'p', 'a'}
+
+-- A grant made with a lease id its caller chose remembers the principal that made it, when
+-- access control is on (the server sends a digest of the token's name; '' without): only that
+-- principal is answered it again, renews it or releases it. An exclusive grant keeps
+-- '<lease id digest> <principal>' in 'p' of the owner hash, a permit its principal in
+-- '<lease id digest>:p' of the holders hash. The digest in 'p' makes a field that an earlier
+-- release left behind (it does not know 'p') match no other grant.
+-- A grant answered again to a retry is marked: 'a' of the owner hash holds its lease id digest,
+-- '<lease id digest>:a' of the holders hash is '1'. The call that made such a grant never
+-- releases it for want of replicas (release.lua's ARGV[5]): another call was answered it.
+
+-- The principal that an exclusive grant of `lease_id` is bound to ('p' of the owner hash), or nil.
+local function bound_principal(record, lease_id)
+  if not record then
+    return nil
+  end
+  local id, principal = string.match(record, '^(%S+) (%S+)$')
+  if id == lease_id then
+    return principal
+  end
+  return nil
+end
+
+-- Whether a caller of `principal` ('' without access control) is refused a grant bound to
+-- `bound` (nil: bound to nobody).
+local function foreign(bound, principal)
+  return bound and principal ~= '' and bound ~= principal
+end
+
+-- The holders hash's fields of one permit: its record, its principal and its answered-again mark.
+local function permit_fields_of(lease_id)
+  return lease_id, lease_id .. ':p', lease_id .. ':a'
+end
 
 -- Ends an exclusive lease: its key, and its grant's fields in the owner hash, which keeps the
 -- counter for keep_ms.
@@ -247,7 +281,13 @@ local function drop_freed_permits(permits, holders, owner_key, now_ms, keep_ms)
   local freed = redis.call('ZRANGE', permits, '-inf', string.format('%d', now_ms), 'BYSCORE', 'LIMIT', 0, 1000)
   if #freed > 0 then
     redis.call('ZREM', permits, unpack(freed))
-    redis.call('HDEL', holders, unpack(freed))
+    local fields = {}
+    for _, lease_id in ipairs(freed) do
+      for _, field in ipairs({permit_fields_of(lease_id)}) do
+        table.insert(fields, field)
+      end
+    end
+    redis.call('HDEL', holders, unpack(fields))
   end
   if redis.call('ZCARD', permits) == 0 then
     local counted = redis.call('HGET', holders, 't')

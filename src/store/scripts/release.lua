@@ -13,12 +13,19 @@
 -- KEYS[7]  <prefix>{name}:ended     sorted set: lease ids released lately (prelude.lua)
 -- ARGV[1]  lease id digest   ARGV[2] keep_ms (the counter keep)
 -- ARGV[3]  ended_ms: how long a released lease id stays ended (end_lease_id() of prelude.lua)
+-- ARGV[4]  the caller's principal ('' without access control, or left out; bound_principal() of
+--          prelude.lua)
+-- ARGV[5]  '1': a grant that its replicas did not confirm, released by the call that made it,
+--          only if no other call was answered it (left out: '0')
 -- Reply    {1, woken...}  released; woken: the entries a grant now goes to (none if nobody waits)
 --          {0}         not the holder (already released, expired, revoked, or taken over)
+--          {2}         the grant is bound to another principal: nothing released or ended
+--          {3}         ARGV[5] and another call was answered this grant: it stays held
 local lease, owner_key, queue, channel, permits, holders, ended_ids =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local now_ms = redis_now()
 local ended_ms = tonumber(ARGV[3])
+local principal, unconfirmed = ARGV[4] or '', ARGV[5] == '1'
 
 -- Counting lease: permits free once this one is (the callers at those places in line may take
 -- one). Read-write lease: {taken, shared} once this grant has ended.
@@ -27,12 +34,18 @@ local free, left
 local ended
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'i', 'e', 't', 'h', 'o')
+  local owner = redis.call('HMGET', owner_key, 'i', 'e', 't', 'h', 'o', 'p', 'a')
   -- A lease in its lock-delay has expired: releasing it is too late to end the delay.
   if owner[1] ~= ARGV[1] or owner[2] ~= current or tonumber(current) <= now_ms then
     -- Not held: perhaps not yet, by a caller that gave up while its grant was on its way.
     end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
     return {0}
+  end
+  if foreign(bound_principal(owner[6], ARGV[1]), principal) then
+    return {2}
+  end
+  if unconfirmed and owner[7] == ARGV[1] then
+    return {3}
   end
   if owner[5] then
     end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
@@ -41,7 +54,15 @@ if current then
   left = {0, false}
   ended = {tonumber(owner[3]) or 0, tonumber(current), owner[4] or ''}
 else
-  local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
+  local record, principal_field, mark_field = permit_fields_of(ARGV[1])
+  local permit_and_binding = redis.call('HMGET', holders, record, principal_field, mark_field)
+  local permit = parse_permit(permit_and_binding[1])
+  if permit and permit.exp > now_ms and foreign(permit_and_binding[2], principal) then
+    return {2}
+  end
+  if permit and permit.exp > now_ms and unconfirmed and permit_and_binding[3] then
+    return {3}
+  end
   -- A permit's release always ends its id: permits do not record who chose theirs.
   end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
   if not permit or permit.exp <= now_ms then
@@ -49,7 +70,7 @@ else
   end
   local limit = tonumber(redis.call('HGET', holders, 'limit')) or 1
   redis.call('ZREM', permits, ARGV[1])
-  redis.call('HDEL', holders, ARGV[1])
+  redis.call('HDEL', holders, permit_fields_of(ARGV[1]))
   drop_freed_permits(permits, holders, owner_key, now_ms, tonumber(ARGV[2]))
   local taken = redis.call('ZCOUNT', permits, taken_after(now_ms), '+inf')
   if limit > 1 then

@@ -9,13 +9,17 @@
 -- KEYS[5]  <prefix>{name}:revoked   hash: lease id digest -> '<until_ms> <reason>'
 --                                   (revoke.lua); read only when the lease is lost
 -- ARGV[1]  lease id digest   ARGV[2] ttl_ms (0: keep the granted TTL)   ARGV[3] keep_ms (the
---          counter keep)
+--          counter keep)   ARGV[4] the caller's principal ('' without access control, or left
+--          out; bound_principal() of prelude.lua)
 -- Reply    {1, token, ttl_ms, expires_at_ms}   renewed
 --          {0, 'expired'}                      nobody holds it (TTL passed, or released)
 --          {0, 'taken'}                        someone else holds it
 --          {0, 'revoked', reason}              an operator revoked this grant, for this reason
+--          {2}                                 the grant is bound to another principal: nothing
+--                                              renewed
 local lease, owner_key, permits, holders, revoked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now_ms = redis_now()
+local principal = ARGV[4] or ''
 
 -- The answer for a lease that is no longer ARGV[1]'s: revoked, whoever holds it now, if it was.
 local function lost(kind)
@@ -28,7 +32,7 @@ end
 
 local current = redis.call('GET', lease)
 if current then
-  local owner = redis.call('HMGET', owner_key, 'i', 't', 'l', 'e', 'd')
+  local owner = redis.call('HMGET', owner_key, 'i', 't', 'l', 'e', 'd', 'p')
   local current_ms = tonumber(current) -- nil for a key something else wrote
   if current_ms and current_ms <= now_ms then
     return lost('expired') -- in a lock-delay, or a crashed classic lock: nobody holds it
@@ -36,6 +40,9 @@ if current then
   -- The lease key must still hold the expiry this holder set: anything else is another holder's.
   if owner[1] ~= ARGV[1] or owner[4] ~= current then
     return lost('taken')
+  end
+  if foreign(bound_principal(owner[6], ARGV[1]), principal) then
+    return {2}
   end
   local ttl_ms = tonumber(ARGV[2])
   if ttl_ms == 0 then
@@ -55,6 +62,12 @@ end
 local permit = parse_permit(redis.call('HGET', holders, ARGV[1]))
 if not permit or permit.exp <= now_ms then
   return lost('expired')
+end
+if principal ~= '' then
+  local _, principal_field = permit_fields_of(ARGV[1])
+  if foreign(redis.call('HGET', holders, principal_field), principal) then
+    return {2}
+  end
 end
 local ttl_ms = tonumber(ARGV[2])
 if ttl_ms == 0 then

@@ -50,7 +50,7 @@ else
     local permit = parse_permit(redis.call('HGET', holders, lease_id))
     if permit and permit.exp > now_ms and chosen(permit.token) then
       redis.call('ZREM', permits, lease_id)
-      redis.call('HDEL', holders, lease_id)
+      redis.call('HDEL', holders, permit_fields_of(lease_id))
       table.insert(ended, {id = lease_id, token = permit.token, holder = permit.holder,
         ttl = permit.ttl, exp = permit.exp})
     end
