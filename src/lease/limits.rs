@@ -522,7 +522,7 @@ mod tests {
     }
 
     #[test]
-    fn an_own_lease_id_is_22_to_128_characters_of_its_alphabet_and_never_echoed() {
+    fn an_own_lease_id_is_22_to_128_characters_of_its_alphabet_not_guessable_and_never_echoed() {
         let acquire = |lease_id: &str, shared: bool, limit: u32| {
             Limits::default().validate_acquire(AcquireFields {
                 name: "n",
@@ -533,13 +533,16 @@ mod tests {
                 ..AcquireFields::default()
             })
         };
-        let fine = "Ab0_-".repeat(5); // 25 characters
+        let fine = "Ab0_-9".repeat(4); // 24 characters, 6 distinct
         assert!(acquire(&fine, false, 0).unwrap().lease_id.is_some());
         assert!(acquire("", false, 0).unwrap().lease_id.is_none());
-        assert!(acquire(&"a".repeat(128), false, 0).is_ok());
+        assert!(acquire(&"Ab0_-9".repeat(128)[..128], false, 0).is_ok());
         for bad in [
-            "a".repeat(21),
-            "a".repeat(129),
+            "Ab0_-9".repeat(4)[..21].to_owned(),
+            "Ab0_-9".repeat(22)[..129].to_owned(),
+            // Guessable: fewer than 6 distinct characters.
+            "a".repeat(22),
+            "Ab0_-".repeat(5),
             format!("{}!", "a".repeat(30)),
             format!("{}é", "a".repeat(30)),
             format!("{} x", "secret".repeat(5)),

@@ -9,6 +9,7 @@
 mod common;
 
 mod operations;
+mod own_ids;
 mod tls;
 mod tokens;
 
