@@ -251,3 +251,62 @@ async fn a_replica_kept_waiting_for_redis_replicas_keeps_its_heartbeat() {
         "only {refused} renewals waited for the stopped replica: the pool was not kept busy"
     );
 }
+
+/// A retry of a caller's own lease id whose grant is held, made while the replica is stopped,
+/// never undoes that grant: through either of two `leased` replicas it answers UNAVAILABLE (the
+/// retry's WAIT falls short) and the grant stays held by its holder, with its token; nobody else
+/// is granted the name meanwhile or after the resume, and the holder's renewal renews. (It was
+/// released by the retry's shortfall, and the next caller was granted it beside its holder.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_own_id_during_a_replica_stall_keeps_its_grant() {
+    let (master, replica) = master_and_replica();
+    let log = |file: &str| Log::File(log_dir("redis-wait-replicas").join(file));
+    let servers = [
+        serve_waiting_for(&master, 1, free_port(), log("own-id-retry-0.log")).await,
+        serve_waiting_for(&master, 1, free_port(), log("own-id-retry-1.log")).await,
+    ];
+    let mut clients = [servers[0].client().await, servers[1].client().await];
+    let name = "durable/own-id-retried";
+    let own_id = "0f3a9c1be7d24586a0c1f9e8d7b6a5c4";
+    let held = match acquire_request_terminal(&mut clients[0], own_id_request(name, own_id)).await {
+        acquire_response::Result::Granted(granted) => granted,
+        other => panic!("the first Acquire was not granted: {other:?}"),
+    };
+
+    replica.pause();
+    for client in &mut clients {
+        let status = acquire_refusal(client, own_id_request(name, own_id)).await;
+        assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+        let described = describe(client, name).await;
+        assert!(described.held, "the retry's shortfall released the grant");
+        assert_eq!(described.holders[0].fencing_token, held.fencing_token);
+        // Another caller trying once is not granted the name its holder holds.
+        let other = acquire(client, name, 60_000, 0).await;
+        assert!(
+            !matches!(other, Ok(Some(_))),
+            "another caller was granted {name} beside its holder: {other:?}"
+        );
+    }
+    replica.resume();
+
+    for client in &mut clients {
+        let other = acquire(client, name, 60_000, 0).await;
+        assert!(
+            !matches!(other, Ok(Some(_))),
+            "another caller was granted {name} after the resume: {other:?}"
+        );
+    }
+    // The replica catches up within a few retries of the renewal.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while renew_once(&mut clients[1], &held, 0).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the holder's renewal was never confirmed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    must_renew(&mut clients[0], &held).await;
+    let described = describe(&mut clients[1], name).await;
+    assert_eq!(described.holders.len(), 1);
+    assert_eq!(described.holders[0].fencing_token, held.fencing_token);
+}
