@@ -63,7 +63,7 @@ def test_every_acquisition_sends_an_id_of_its_own(clients) -> None:
 
 def test_two_acquires_with_the_same_lease_id_answer_the_same_grant(clients) -> None:
     client, other, _ = clients
-    name, lease_id = "py-same-id", "a" * 32
+    name, lease_id = "py-same-id", "a1b2c3d4e5f60718293a4b5c6d7e8f90"
     request = pb.AcquireRequest(name=name, ttl_ms=30_000, holder="retrying", lease_id=lease_id)
     first = acquire_once(client, request)
     again = acquire_once(other, request)  # another connection, as a retry after a reset would be
@@ -71,7 +71,8 @@ def test_two_acquires_with_the_same_lease_id_answer_the_same_grant(clients) -> N
     assert again.granted == first.granted, "the retry was answered another grant"
     assert first.granted.lease_id == lease_id
     # Anyone else is still refused: the id holds the name, once.
-    busy = acquire_once(other, pb.AcquireRequest(name=name, ttl_ms=30_000, lease_id="b" * 32))
+    another_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+    busy = acquire_once(other, pb.AcquireRequest(name=name, ttl_ms=30_000, lease_id=another_id))
     assert busy.WhichOneof("result") == "not_granted"
     assert busy.not_granted.fencing_token == first.granted.fencing_token
     info = other.describe(name)
