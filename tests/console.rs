@@ -443,8 +443,10 @@ fn browser_setup() -> (PathBuf, String) {
 }
 
 /// The page in Chromium: the list filters, a client's grant shows live, a revoke from the page
-/// ends the holder's lease, a holder with markup stays text, and access control works
-/// (`tests/console/browser.test.mjs`). Saves a screenshot of the lease view.
+/// ends the holder's lease, a holder with markup stays text, access control works, and a page
+/// under a name re-pointed at the console (DNS rebinding) can neither list nor revoke unless the
+/// name is a `--console-host` (`tests/console/browser.test.mjs`). Saves a screenshot of the lease
+/// view.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_chromium() {
     let (dir, chromium) = browser_setup();
@@ -452,6 +454,9 @@ async fn the_console_in_chromium() {
     let tokens = tokens_file();
     let (open, open_console) = server_with_console(&redis, None, &[]).await;
     let (auth, auth_console) = server_with_console(&redis, Some(&tokens), &[]).await;
+    // The name the browser test re-points at 127.0.0.1, given to this console only.
+    let named_args = ["--console-host", "attacker.example"];
+    let (named, named_console) = server_with_console(&redis, None, &named_args).await;
     // More leases than a page holds, for the paging test.
     let mut client = open.client().await;
     for index in 0..120 {
@@ -469,6 +474,8 @@ async fn the_console_in_chromium() {
         .env("OPEN_GRPC", open.address.to_string())
         .env("AUTH_CONSOLE", format!("http://{auth_console}"))
         .env("AUTH_GRPC", auth.address.to_string())
+        .env("NAMED_CONSOLE", format!("http://{named_console}"))
+        .env("NAMED_GRPC", named.address.to_string())
         .env("ADMIN_TOKEN", ADMIN_TOKEN)
         .env("VIEWER_TOKEN", VIEWER_TOKEN)
         .env("LEASED_BIN", env!("CARGO_BIN_EXE_leased"))
