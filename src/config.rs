@@ -113,11 +113,25 @@ pub struct ServeConfig {
     #[arg(long, env = "LEASED_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
 
+    /// A name the metrics port answers to besides its IP addresses and localhost, such as its
+    /// Service's DNS name (repeatable, or comma-separated). A request whose Host names another
+    /// answers 421 Misdirected Request, so that a web page whose name was re-pointed at this
+    /// address (DNS rebinding) cannot read the metrics.
+    #[arg(long = "metrics-host", env = "LEASED_METRICS_HOST", value_name = "NAME", value_delimiter = ',', value_parser = host_name)]
+    pub metrics_hosts: Vec<String>,
+
     /// Serve the operator's console (a web page: leases, live holders, revoke) over HTTP on this
     /// address (off when unset). Plain HTTP: keep it on loopback (kubectl port-forward) or behind
     /// a TLS proxy; off loopback it needs --auth-tokens or --insecure-listen, as --listen does.
     #[arg(long, env = "LEASED_CONSOLE_LISTEN")]
     pub console_listen: Option<SocketAddr>,
+
+    /// A name the console answers to besides its IP addresses and localhost, such as the name of
+    /// the TLS proxy in front of it (repeatable, or comma-separated). A request whose Host names
+    /// another answers 421 Misdirected Request, so that a web page whose name was re-pointed at
+    /// this address (DNS rebinding) cannot list or revoke.
+    #[arg(long = "console-host", env = "LEASED_CONSOLE_HOST", value_name = "NAME", value_delimiter = ',', value_parser = host_name)]
+    pub console_hosts: Vec<String>,
 
     /// Serve a plaintext grpc.health.v1 on this address too, for Kubernetes probes when the gRPC
     /// port has TLS (off when unset).
@@ -180,6 +194,33 @@ impl ServeConfig {
         let args = std::iter::once(OsString::from("serve")).chain(args.into_iter().map(Into::into));
         Ok(<Serve as clap::Parser>::try_parse_from(args)?.config)
     }
+}
+
+/// A `--console-host` or `--metrics-host` name, lowercase and without a trailing dot, as the
+/// side ports compare a request's Host. Ports and IP addresses are refused: every port and every
+/// IP address is accepted anyway, and a value with them would look like a restriction it is not.
+fn host_name(text: &str) -> Result<String, String> {
+    let name = text.strip_suffix('.').unwrap_or(text).to_ascii_lowercase();
+    if name.is_empty() {
+        return Err("empty: give a host name, e.g. leases.example.com".to_owned());
+    }
+    let unbracketed = name.trim_start_matches('[').trim_end_matches(']');
+    if unbracketed.parse::<std::net::IpAddr>().is_ok() {
+        return Err("an IP address is always accepted: give a name".to_owned());
+    }
+    if name.contains([':', '/']) {
+        return Err("a name only, without a scheme or a port: every port is accepted".to_owned());
+    }
+    let labels_valid = name.split('.').all(|label| {
+        !label.is_empty()
+            && label
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_'))
+    });
+    if !labels_valid {
+        return Err("not a host name: dot-separated letters, digits, '-' and '_'".to_owned());
+    }
+    Ok(name)
 }
 
 /// A Redis URL, which may hold passwords: `Debug` shows it with them replaced by `***`
@@ -364,6 +405,36 @@ mod tests {
             redacted("redis-sentinel://h:26379?sentinel%50assword=x&PASSWORD=y#z&a=b#frag"),
             "redis-sentinel://h:26379?sentinel%50assword=***&PASSWORD=***&a=b#frag"
         );
+    }
+
+    /// `--console-host` and `--metrics-host` repeat or take a comma-separated list; a name is
+    /// compared lowercase without its trailing dot; a port, an IP address or a non-name is
+    /// refused with the flag named.
+    #[test]
+    fn host_names_are_names_only() {
+        let config = ServeConfig::from_args([
+            "--console-host",
+            "Leases.Example.",
+            "--console-host",
+            "a,b-c",
+        ])
+        .unwrap();
+        assert_eq!(config.console_hosts, ["leases.example", "a", "b-c"]);
+        assert!(config.metrics_hosts.is_empty());
+        for refused in [
+            "leases.example:8080",
+            "127.0.0.1",
+            "[::1]",
+            "http://x",
+            "a..b",
+            "a b",
+            "",
+        ] {
+            let error = ServeConfig::from_args(["--metrics-host", refused])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--metrics-host"), "{refused}: {error}");
+        }
     }
 
     /// The password never appears in the settings' `Debug`, whatever the URL's scheme.

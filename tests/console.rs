@@ -24,8 +24,13 @@ use tonic::transport::Channel;
 const ADMIN_TOKEN: &str = "console-admin-token-3f1c9a";
 const VIEWER_TOKEN: &str = "console-viewer-token-77b2e0";
 
-/// A server on `redis` with its console on a port of its own; with access control if `tokens`.
-async fn server_with_console(redis: &RedisServer, tokens: Option<&Path>) -> (Leased, SocketAddr) {
+/// A server on `redis` with its console on a port of its own; with access control if `tokens`;
+/// with `extra` flags of `leased serve`.
+async fn server_with_console(
+    redis: &RedisServer,
+    tokens: Option<&Path>,
+    extra: &[&str],
+) -> (Leased, SocketAddr) {
     let console: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut args = vec![
         "--redis-url".to_owned(),
@@ -38,6 +43,7 @@ async fn server_with_console(redis: &RedisServer, tokens: Option<&Path>) -> (Lea
     if let Some(tokens) = tokens {
         args.extend(["--auth-tokens".to_owned(), tokens.display().to_string()]);
     }
+    args.extend(extra.iter().map(|arg| arg.to_string()));
     let server = Leased::start_with(ServeConfig::from_args(args).unwrap()).await;
     (server, console)
 }
@@ -90,26 +96,46 @@ fn http(console: SocketAddr, request: &str) -> (u16, String) {
     (status, body)
 }
 
-fn get(console: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let authorization = token.map_or(String::new(), |token| {
-        format!("Authorization: Bearer {token}\r\n")
-    });
+/// `method path` to `address` with `Host: host`; with no host, an HTTP/1.0 request without one.
+fn request_as(
+    address: SocketAddr,
+    host: Option<&str>,
+    method: &str,
+    path: &str,
+    extra_headers: &str,
+    body: &str,
+) -> (u16, String) {
+    let (version, host) = match host {
+        Some(host) => ("HTTP/1.1", format!("Host: {host}\r\n")),
+        None => ("HTTP/1.0", String::new()),
+    };
     http(
-        console,
+        address,
         &format!(
-            "GET {path} HTTP/1.1\r\nHost: {console}\r\n{authorization}Connection: close\r\n\r\n"
+            "{method} {path} {version}\r\n{host}{extra_headers}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
         ),
     )
 }
 
+fn get(console: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let authorization = token.map_or(String::new(), |token| {
+        format!("Authorization: Bearer {token}\r\n")
+    });
+    let host = console.to_string();
+    request_as(console, Some(&host), "GET", path, &authorization, "")
+}
+
 fn post_revoke(console: SocketAddr, extra_headers: &str, body: &str) -> (u16, String) {
-    http(
+    let host = console.to_string();
+    request_as(
         console,
-        &format!(
-            "POST /api/revoke HTTP/1.1\r\nHost: {console}\r\n{extra_headers}Content-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
-            body.len()
-        ),
+        Some(&host),
+        "POST",
+        "/api/revoke",
+        extra_headers,
+        body,
     )
 }
 
@@ -118,7 +144,7 @@ fn post_revoke(console: SocketAddr, extra_headers: &str, body: &str) -> (u16, St
 #[tokio::test(flavor = "multi_thread")]
 async fn the_api_answers_as_the_grpc_handlers_do() {
     let redis = RedisServer::start();
-    let (server, console) = server_with_console(&redis, None).await;
+    let (server, console) = server_with_console(&redis, None, &[]).await;
     let mut client = server.client().await;
     let granted = acquire_once(&mut client, "api/a", "worker <1>", 60_000).await;
 
@@ -203,7 +229,7 @@ async fn the_api_answers_as_the_grpc_handlers_do() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_is_served_with_a_strict_policy_and_the_watch_as_events() {
     let redis = RedisServer::start();
-    let (server, console) = server_with_console(&redis, None).await;
+    let (server, console) = server_with_console(&redis, None, &[]).await;
     let head = tokio::task::spawn_blocking(move || {
         let mut stream = TcpStream::connect(console).unwrap();
         write!(
@@ -262,6 +288,131 @@ async fn the_page_is_served_with_a_strict_policy_and_the_watch_as_events() {
     );
 }
 
+/// DNS rebinding: a request whose Host is another name is refused (421, the reason in one line)
+/// on every method and path of the console (page, API, revoke, event stream) and on the metrics
+/// port, and one without a Host (400); IP addresses on any port, `localhost` and a
+/// `--console-host` name (for the console only) are answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_that_is_not_this_server_is_refused_on_every_path_and_port() {
+    let redis = RedisServer::start();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics_flag = metrics.to_string();
+    let extra = [
+        "--metrics-listen",
+        &metrics_flag,
+        "--console-host",
+        "leases.example",
+    ];
+    let (server, console) = server_with_console(&redis, None, &extra).await;
+    let mut client = server.client().await;
+    let granted = acquire_once(&mut client, "rebind/a", "rebound", 60_000).await;
+    let port = console.port();
+    let revoke = move |host: &str| {
+        let headers = format!(
+            "Content-Type: application/json\r\nOrigin: http://{host}\r\nSec-Fetch-Site: same-origin\r\n"
+        );
+        let body = r#"{"name":"rebind/a","reason":"rebind"}"#;
+        request_as(console, Some(host), "POST", "/api/revoke", &headers, body)
+    };
+
+    let refused = tokio::task::spawn_blocking(move || {
+        let foreign = format!("attacker.example:{port}");
+        let on_the_console = [
+            ("GET", "/"),
+            ("GET", "/console.js"),
+            ("GET", "/api/session"),
+            ("GET", "/api/leases?prefix=rebind/"),
+            ("GET", "/api/lease?name=rebind/a"),
+            ("GET", "/api/watch?name=rebind/a"),
+            ("DELETE", "/api/leases"),
+            ("GET", "/nothing-here"),
+        ]
+        .map(|(method, path)| {
+            let answer = request_as(console, Some(&foreign), method, path, "", "");
+            (format!("{method} {path}"), answer)
+        });
+        let revoked = ("POST /api/revoke".to_owned(), revoke(&foreign));
+        let metrics_foreign = (
+            "metrics".to_owned(),
+            request_as(metrics, Some(&foreign), "GET", "/metrics", "", ""),
+        );
+        // A --console-host name is the console's, not the metrics port's.
+        let metrics_console_name = (
+            "metrics as leases.example".to_owned(),
+            request_as(metrics, Some("leases.example"), "GET", "/metrics", "", ""),
+        );
+        let no_host = request_as(console, None, "GET", "/api/leases", "", "");
+        let mut refused = on_the_console.to_vec();
+        refused.extend([revoked, metrics_foreign, metrics_console_name]);
+        (refused, no_host)
+    })
+    .await
+    .unwrap();
+    let (refused, no_host) = refused;
+    for (request, (status, body)) in &refused {
+        assert_eq!(*status, 421, "{request}: {body}");
+        assert_eq!(body.lines().count(), 1, "{request}: one line: {body}");
+        let flag = if request.starts_with("metrics") {
+            "--metrics-host"
+        } else {
+            "--console-host"
+        };
+        assert!(
+            body.starts_with("host: \"") && body.contains(flag),
+            "{request}: {body}"
+        );
+    }
+    assert_eq!(no_host.0, 400, "{}", no_host.1);
+    assert!(no_host.1.starts_with("host: missing"), "{}", no_host.1);
+    // Nothing above revoked the lease.
+    assert_eq!(
+        describe(&mut client, "rebind/a").await.fencing_token,
+        granted.fencing_token
+    );
+
+    let answered = tokio::task::spawn_blocking(move || {
+        let hosts = [
+            console.to_string(),
+            format!("localhost:{port}"),
+            // kubectl port-forward 9000:<port> and TLS proxies change the port.
+            "localhost:9000".to_owned(),
+            format!("[::1]:{port}"),
+            // The pod's IP, as Kubernetes probes and Prometheus send it.
+            "10.1.2.3:9090".to_owned(),
+            "Leases.Example:443".to_owned(),
+        ];
+        let console_answers = hosts.map(|host| {
+            let path = "/api/leases?prefix=rebind/";
+            let answer = request_as(console, Some(&host), "GET", path, "", "");
+            (host, answer)
+        });
+        let metrics_hosts = [
+            metrics.to_string(),
+            "localhost".to_owned(),
+            "10.1.2.3:9090".to_owned(),
+        ];
+        let metrics_answers = metrics_hosts.map(|host| {
+            let answer = request_as(metrics, Some(&host), "GET", "/metrics", "", "");
+            (host, answer)
+        });
+        let revoked = revoke("leases.example");
+        (console_answers, metrics_answers, revoked)
+    })
+    .await
+    .unwrap();
+    let (console_answers, metrics_answers, revoked) = answered;
+    for (host, (status, body)) in console_answers.iter().chain(&metrics_answers) {
+        assert_eq!(*status, 200, "Host: {host}: {body}");
+    }
+    assert!(console_answers[0].1.1.contains("rebind/a"));
+    assert_eq!(
+        revoked.0, 200,
+        "a --console-host name may revoke: {}",
+        revoked.1
+    );
+    assert!(!describe(&mut client, "rebind/a").await.held);
+}
+
 /// A console off loopback needs access control or `--insecure-listen`, as the gRPC port does.
 #[tokio::test]
 async fn a_console_off_loopback_needs_access_control() {
@@ -292,15 +443,20 @@ fn browser_setup() -> (PathBuf, String) {
 }
 
 /// The page in Chromium: the list filters, a client's grant shows live, a revoke from the page
-/// ends the holder's lease, a holder with markup stays text, and access control works
-/// (`tests/console/browser.test.mjs`). Saves a screenshot of the lease view.
+/// ends the holder's lease, a holder with markup stays text, access control works, and a page
+/// under a name re-pointed at the console (DNS rebinding) can neither list nor revoke unless the
+/// name is a `--console-host` (`tests/console/browser.test.mjs`). Saves a screenshot of the lease
+/// view.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_chromium() {
     let (dir, chromium) = browser_setup();
     let redis = RedisServer::start();
     let tokens = tokens_file();
-    let (open, open_console) = server_with_console(&redis, None).await;
-    let (auth, auth_console) = server_with_console(&redis, Some(&tokens)).await;
+    let (open, open_console) = server_with_console(&redis, None, &[]).await;
+    let (auth, auth_console) = server_with_console(&redis, Some(&tokens), &[]).await;
+    // The name the browser test re-points at 127.0.0.1, given to this console only.
+    let named_args = ["--console-host", "attacker.example"];
+    let (named, named_console) = server_with_console(&redis, None, &named_args).await;
     // More leases than a page holds, for the paging test.
     let mut client = open.client().await;
     for index in 0..120 {
@@ -318,6 +474,8 @@ async fn the_console_in_chromium() {
         .env("OPEN_GRPC", open.address.to_string())
         .env("AUTH_CONSOLE", format!("http://{auth_console}"))
         .env("AUTH_GRPC", auth.address.to_string())
+        .env("NAMED_CONSOLE", format!("http://{named_console}"))
+        .env("NAMED_GRPC", named.address.to_string())
         .env("ADMIN_TOKEN", ADMIN_TOKEN)
         .env("VIEWER_TOKEN", VIEWER_TOKEN)
         .env("LEASED_BIN", env!("CARGO_BIN_EXE_leased"))
@@ -347,7 +505,7 @@ async fn the_console_in_chromium() {
 async fn console_figures() {
     let (dir, chromium) = browser_setup();
     let redis = RedisServer::start();
-    let (server, console) = server_with_console(&redis, None).await;
+    let (server, console) = server_with_console(&redis, None, &[]).await;
     let mut client = server.client().await;
     for index in 0..1000 {
         acquire_once(

@@ -172,6 +172,8 @@ fn server_options(config: &ServeConfig) -> Result<ServerOptions, StartupError> {
         drain_grace: config.drain_grace,
         tls,
         auth,
+        console_hosts: config.console_hosts.clone(),
+        metrics_hosts: config.metrics_hosts.clone(),
         ..ServerOptions::default()
     })
 }

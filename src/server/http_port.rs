@@ -12,9 +12,15 @@
 //!   it is doing; a client that reads its response slowly is closed anyway.
 //! - **Request size** (8 KiB of headers, 431 past it).
 //! - **Accept errors** pause accepting, as on the gRPC port.
+//! - **Host** ([`AllowedHosts`]): every request, whatever its method and path, must name this
+//!   server as an IP address, `localhost` or a name given by the port's flag (`--console-host`,
+//!   `--metrics-host`); another name answers 421, no `Host` 400. This stops DNS rebinding: a page
+//!   of another site whose name its owner re-points at this address is same-origin with the port
+//!   in the browser, but its requests carry that name.
 
 use std::{
     collections::BTreeMap,
+    net::{Ipv4Addr, Ipv6Addr},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -22,7 +28,17 @@ use std::{
     time::Duration,
 };
 
-use hyper::{Request, Response, body::Incoming, service::service_fn};
+use futures::{
+    TryFutureExt,
+    future::{self, Either},
+};
+use http_body_util::{Either as EitherBody, Full};
+use hyper::{
+    Request, Response, StatusCode,
+    body::{Bytes, Incoming},
+    header::{self, HeaderValue},
+    service::service_fn,
+};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use tokio::{
@@ -60,9 +76,126 @@ pub(super) struct HttpPort {
     pub evictions: &'static Counter,
     /// Logs the evictions at most once per interval.
     pub eviction_log: &'static Throttle,
+    /// The names, besides IP addresses and `localhost`, that requests may carry as their `Host`.
+    pub hosts: AllowedHosts,
 }
 
 static ACCEPT_LOG: Throttle = Throttle::new(LOG_INTERVAL);
+
+static MISDIRECTED_LOG: Throttle = Throttle::new(LOG_INTERVAL);
+
+/// The `Host` values a side port answers: any IP literal, `localhost`, and the names of its flag.
+///
+/// - **IP literals, any of them**: DNS rebinding needs a name (the attacker's, re-pointed at this
+///   address); a page whose origin is an IP address is served by whoever has that address, so it
+///   is this port's own page or another origin. Kubernetes probes and Prometheus reach the pods
+///   by their IP, which the server does not know in advance (it listens on 0.0.0.0).
+/// - **`localhost`**: the name `kubectl port-forward` and a local browser use; an attacker cannot
+///   re-point it (browsers resolve it to loopback without asking DNS).
+/// - **Any port**: `kubectl port-forward 9000:8080` and a TLS proxy change the port the browser
+///   sends, and a page on another port is another origin anyway: the name is what is attacked.
+/// - **No `Host`** (HTTP/1.0): refused. Every browser, probe and Prometheus sends one, and a
+///   request that names no host cannot show that it is meant for this server.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct AllowedHosts {
+    /// Lowercase names without a trailing dot, as `config` parses the flag.
+    names: Vec<String>,
+    /// The flag that adds names, for the refusal's text: "--console-host".
+    flag: &'static str,
+}
+
+impl AllowedHosts {
+    pub(crate) fn new(names: Vec<String>, flag: &'static str) -> Self {
+        AllowedHosts { names, flag }
+    }
+
+    /// Why `request` is refused, or `None` if its `Host` (and the authority of an absolute URI,
+    /// which a proxy may send besides it) names this server.
+    fn refusal<B>(&self, request: &Request<B>) -> Option<(StatusCode, String)> {
+        let Some(host) = request.headers().get(header::HOST) else {
+            let reason = "host: missing: name this server in a Host header";
+            return Some((StatusCode::BAD_REQUEST, reason.to_owned()));
+        };
+        let Ok(host) = host.to_str() else {
+            let reason = "host: not a host name (bytes outside visible ASCII)";
+            return Some((StatusCode::BAD_REQUEST, reason.to_owned()));
+        };
+        let authority = request
+            .uri()
+            .authority()
+            .map(|authority| authority.as_str());
+        let foreign = [Some(host), authority]
+            .into_iter()
+            .flatten()
+            .find(|named| !self.admits(named))?;
+        let reason = format!(
+            "host: {foreign:?} is not a name of this server: use its IP address or localhost, \
+             or start it with {} NAME",
+            self.flag
+        );
+        Some((StatusCode::MISDIRECTED_REQUEST, reason))
+    }
+
+    /// Whether `authority` (`name`, `name:port`, `1.2.3.4:port`, `[::1]:port`) names this
+    /// server.
+    fn admits(&self, authority: &str) -> bool {
+        let Some(host) = host_of(authority) else {
+            return false;
+        };
+        if let Some(bracketed) = host.strip_prefix('[').and_then(|v6| v6.strip_suffix(']')) {
+            return bracketed.parse::<Ipv6Addr>().is_ok();
+        }
+        if host.parse::<Ipv4Addr>().is_ok() {
+            return true;
+        }
+        let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        name == "localhost" || self.names.contains(&name)
+    }
+}
+
+/// The host of `authority` without its port; `None` unless it is `host[:digits]` or
+/// `[v6][:digits]` (user info, an unbracketed IPv6 address, spaces: no browser sends those).
+fn host_of(authority: &str) -> Option<&str> {
+    let (host, port) = if authority.starts_with('[') {
+        let end = authority.find(']')? + 1;
+        let (host, rest) = authority.split_at(end);
+        let port = if rest.is_empty() {
+            rest
+        } else {
+            rest.strip_prefix(':')?
+        };
+        (host, port)
+    } else {
+        authority.split_once(':').unwrap_or((authority, ""))
+    };
+    let name_like = !host.is_empty()
+        && host
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'-' | b'_'));
+    let valid =
+        port.bytes().all(|byte| byte.is_ascii_digit()) && (host.starts_with('[') || name_like);
+    valid.then_some(host)
+}
+
+/// The answer to a request refused for its `Host`: one line of plain text.
+fn misdirected(port: &HttpPort, status: StatusCode, reason: String) -> Response<Full<Bytes>> {
+    if let Some(suppressed) = MISDIRECTED_LOG.admit() {
+        tracing::warn!(port = port.name, %status, reason, suppressed, "request refused for its Host");
+    }
+    let mut response = Response::new(Full::new(Bytes::from(reason + "\n")));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
 
 /// Serves `listener` with `respond` under `port`'s guards until `shutdown` fires.
 pub(super) async fn serve<F, Fut, B>(
@@ -73,8 +206,7 @@ pub(super) async fn serve<F, Fut, B>(
 ) where
     F: Fn(Request<Incoming>, std::net::SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<B>, std::convert::Infallible>> + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     if let Ok(address) = listener.local_addr() {
@@ -180,8 +312,7 @@ async fn serve_connection<F, Fut, B>(
 ) where
     F: Fn(Request<Incoming>, std::net::SocketAddr) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Response<B>, std::convert::Infallible>> + Send + 'static,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let _ = stream.set_nodelay(true);
@@ -193,7 +324,19 @@ async fn serve_connection<F, Fut, B>(
         .header_read_timeout(port.request_timeout)
         .keep_alive(port.keep_alive)
         .max_buf_size(MAX_REQUEST_HEAD_BYTES);
-    let service = service_fn(move |request| respond(request, peer));
+    let guards = port.clone();
+    let service =
+        service_fn(
+            move |request: Request<Incoming>| match guards.hosts.refusal(&request) {
+                None => Either::Left(
+                    respond(request, peer).map_ok(|response| response.map(EitherBody::Left)),
+                ),
+                Some((status, reason)) => {
+                    let refused = misdirected(&guards, status, reason).map(EitherBody::Right);
+                    Either::Right(future::ok(refused))
+                }
+            },
+        );
     let connection = http.serve_connection(TokioIo::new(stream), service);
     tokio::select! {
         _ = connection => {}
@@ -218,6 +361,7 @@ mod tests {
             request_timeout: Duration::from_secs(5),
             evictions: &EVICTIONS,
             eviction_log: &TEST_LOG,
+            hosts: AllowedHosts::default(),
         }
     }
 
@@ -246,5 +390,61 @@ mod tests {
         drop((admitted, newest));
         assert_eq!(open.count.load(Ordering::Relaxed), 0);
         assert!(open.lock().is_empty());
+    }
+
+    /// IP literals (any port), `localhost` and the configured names pass; another name, a
+    /// malformed Host and none at all are refused.
+    #[test]
+    fn a_host_passes_only_as_an_ip_literal_localhost_or_a_configured_name() {
+        let hosts = AllowedHosts::new(vec!["leases.example".to_owned()], "--console-host");
+        let refusal = |host: Option<&str>, uri: &str| {
+            let mut request = Request::builder().uri(uri);
+            if let Some(host) = host {
+                request = request.header(header::HOST, host);
+            }
+            hosts
+                .refusal(&request.body(()).unwrap())
+                .map(|(status, _)| status)
+        };
+        for allowed in [
+            "127.0.0.1:28081",
+            "127.0.0.1",
+            "10.1.2.3:9090",
+            "[::1]:8080",
+            "[::1]",
+            "[fd00::7]:9090",
+            "localhost:8080",
+            "LocalHost",
+            "localhost.:9000",
+            "leases.example",
+            "Leases.Example:443",
+        ] {
+            assert_eq!(refusal(Some(allowed), "/"), None, "{allowed}");
+        }
+        for foreign in [
+            "attacker.example:28081",
+            "attacker.example",
+            "127.0.0.1.nip.io",
+            "localhost.attacker.example",
+            "leases.example.attacker.example",
+            "attacker.example@127.0.0.1",
+            "::1",
+            "[::1",
+            "127.0.0.1:80a",
+            "",
+        ] {
+            assert_eq!(
+                refusal(Some(foreign), "/"),
+                Some(StatusCode::MISDIRECTED_REQUEST),
+                "{foreign}"
+            );
+        }
+        assert_eq!(refusal(None, "/"), Some(StatusCode::BAD_REQUEST));
+        // A proxy's absolute URI names the host too: both must be this server.
+        assert_eq!(
+            refusal(Some("127.0.0.1"), "http://attacker.example/api/leases"),
+            Some(StatusCode::MISDIRECTED_REQUEST)
+        );
+        assert_eq!(refusal(Some("127.0.0.1"), "http://localhost:8080/"), None);
     }
 }

@@ -2,7 +2,8 @@
 //! HTTP/1.1. It carries no lease data and needs no token. Its guards ([`super::http_port`]) are
 //! smaller than the gRPC port's, since one Prometheus needs one connection per scrape: at most
 //! [`MAX_CONNECTIONS`], one request per connection (no keep-alive, so no connection idles between
-//! scrapes), [`MAX_CONNECTION_AGE`] at most.
+//! scrapes), [`MAX_CONNECTION_AGE`] at most. It answers only a `Host` that is an IP address (the
+//! pod's, as probes and Prometheus send), `localhost` or a `--metrics-host` name.
 
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
@@ -10,7 +11,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode, body::Bytes, header};
 use tokio::net::TcpListener;
 
-use super::http_port::{self, HttpPort};
+use super::http_port::{self, AllowedHosts, HttpPort};
 use crate::{
     metrics::metrics,
     shutdown::Shutdown,
@@ -25,8 +26,14 @@ pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(10);
 
 static EVICTED_LOG: Throttle = Throttle::new(LOG_INTERVAL);
 
-/// Serves the metrics port on `listener` until `shutdown` fires.
-pub(super) async fn serve(listener: TcpListener, request_timeout: Duration, shutdown: Shutdown) {
+/// Serves the metrics port on `listener` until `shutdown` fires, to requests naming `hosts` (or
+/// an IP address, or `localhost`).
+pub(super) async fn serve(
+    listener: TcpListener,
+    request_timeout: Duration,
+    hosts: Vec<String>,
+    shutdown: Shutdown,
+) {
     let port = HttpPort {
         name: "metrics",
         max_connections: MAX_CONNECTIONS,
@@ -35,6 +42,7 @@ pub(super) async fn serve(listener: TcpListener, request_timeout: Duration, shut
         request_timeout,
         evictions: &metrics().metrics_port_evictions,
         eviction_log: &EVICTED_LOG,
+        hosts: AllowedHosts::new(hosts, "--metrics-host"),
     };
     http_port::serve(listener, port, respond, shutdown).await;
 }

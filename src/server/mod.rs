@@ -67,7 +67,13 @@ pub(crate) async fn run<S: LeaseStore>(
     if let Some(listener) = listeners.metrics {
         let shutdown = shutdown.clone();
         let request_timeout = options.connections.handshake_timeout;
-        side_listeners.spawn(metrics_port::serve(listener, request_timeout, shutdown));
+        let hosts = options.metrics_hosts.clone();
+        side_listeners.spawn(metrics_port::serve(
+            listener,
+            request_timeout,
+            hosts,
+            shutdown,
+        ));
     }
     if let Some(listener) = listeners.health {
         if let Ok(address) = listener.local_addr() {
@@ -89,6 +95,7 @@ pub(crate) async fn run<S: LeaseStore>(
             admin: admin_service.clone(),
             auth: options.auth.clone(),
             request_timeout: options.connections.handshake_timeout,
+            hosts: options.console_hosts.clone(),
         };
         side_listeners.spawn(console::serve(listener, console, shutdown.clone()));
     }

@@ -38,6 +38,10 @@ pub struct ServerOptions {
     pub tls: Option<TlsFiles>,
     /// Bearer-token access control; everyone may do anything when `None`.
     pub auth: Option<Arc<Authenticator>>,
+    /// Names the console answers to besides IP addresses and `localhost` (`--console-host`).
+    pub console_hosts: Vec<String>,
+    /// Names the metrics port answers to besides IP addresses and `localhost` (`--metrics-host`).
+    pub metrics_hosts: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -54,6 +58,8 @@ impl Default for ServerOptions {
             drain_grace: Duration::from_secs(10),
             tls: None,
             auth: None,
+            console_hosts: Vec::new(),
+            metrics_hosts: Vec::new(),
         }
     }
 }

@@ -3,7 +3,8 @@
 // the environment). Leases are taken and held with the real `leased` CLI, as a user would.
 //
 // Environment: OPEN_CONSOLE and OPEN_GRPC (a server without access control), AUTH_CONSOLE and
-// AUTH_GRPC (one with --auth-tokens), ADMIN_TOKEN (every operation) and VIEWER_TOKEN (list,
+// AUTH_GRPC (one with --auth-tokens), NAMED_CONSOLE and NAMED_GRPC (one without access control
+// started with --console-host attacker.example), ADMIN_TOKEN (every operation) and VIEWER_TOKEN (list,
 // describe and watch only), LEASED_BIN, CHROMIUM, SCREENSHOT (where the lease view's picture goes).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,13 +19,18 @@ const env = (name) => {
 };
 const OPEN = { console: env('OPEN_CONSOLE'), grpc: env('OPEN_GRPC') };
 const AUTH = { console: env('AUTH_CONSOLE'), grpc: env('AUTH_GRPC') };
+const NAMED = { console: env('NAMED_CONSOLE'), grpc: env('NAMED_GRPC') };
+// DNS rebinding: the attacker's name, which Chromium resolves to 127.0.0.1 as if its owner had
+// re-pointed it there after serving the page.
+const ATTACKER_NAME = 'attacker.example';
 const ADMIN_TOKEN = env('ADMIN_TOKEN');
 const VIEWER_TOKEN = env('VIEWER_TOKEN');
 const LEASED = env('LEASED_BIN');
 
 let browser;
 before(async () => {
-  browser = await chromium.launch({ executablePath: env('CHROMIUM'), args: CHROMIUM_ARGS });
+  const rebinding = `--host-resolver-rules=MAP ${ATTACKER_NAME} 127.0.0.1`;
+  browser = await chromium.launch({ executablePath: env('CHROMIUM'), args: [...CHROMIUM_ARGS, rebinding] });
 });
 after(async () => {
   await browser?.close();
@@ -258,4 +264,53 @@ test('with access control on, the page asks for a token and offers revoke only t
   await page.locator('#revoke-reason').fill('rotating the guard');
   await page.getByRole('button', { name: 'Revoke' }).click();
   await page.locator('#revoke-result', { hasText: `revoked (token ${grant.fencing_token})` }).waitFor();
+});
+
+/// The console `server` under the attacker's name: http://attacker.example:PORT/, which Chromium
+/// resolves to 127.0.0.1, so that the page's origin is the attacker's and its requests reach the
+/// console, as after a rebinding. Its script lists `name`'s prefix and revokes `name`; resolves
+/// with the document's status and each answer's status and text.
+async function rebound(t, server, name) {
+  const page = await newPage(t);
+  const url = new URL(server.console);
+  url.hostname = ATTACKER_NAME;
+  const loaded = await page.goto(url.href);
+  assert.equal(new URL(page.url()).hostname, ATTACKER_NAME, 'the page is at the attacker\'s name');
+  const answers = await page.evaluate(async (lease) => {
+    const answer = async (response) => ({ status: response.status, text: await response.text() });
+    const list = await answer(await fetch(`/api/leases?prefix=${encodeURIComponent(lease)}`));
+    const revoke = await answer(await fetch('/api/revoke', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ name: lease, reason: 'rebind' }),
+    }));
+    return { list, revoke };
+  }, name);
+  return { page: loaded.status(), ...answers };
+}
+
+test('a page under another name re-pointed at the console (DNS rebinding) can neither list nor revoke', async (t) => {
+  const name = unique('rebind');
+  const grant = await acquire(name, 'rebinding-target');
+  const attack = await rebound(t, OPEN, name);
+  assert.equal(attack.page, 421, 'the console refuses its page under the attacker\'s name');
+  assert.equal(attack.list.status, 421, attack.list.text);
+  assert.match(attack.list.text, /^host: "attacker\.example:\d+" is not a name of this server/);
+  assert.equal(attack.revoke.status, 421, attack.revoke.text);
+  const held = await cli(['describe', name, '--json']);
+  assert.equal(held.code, 0, held.stderr);
+  assert.equal(JSON.parse(held.stdout).fencing_token, grant.fencing_token, 'the lease is still held');
+  await release(name, grant);
+});
+
+test('the same page lists and revokes on a console started with --console-host attacker.example', async (t) => {
+  // The control: the attack above fails for the Host check alone, not for a flaw in the attack.
+  const name = unique('named');
+  await acquire(name, 'named-target', { server: NAMED });
+  const attack = await rebound(t, NAMED, name);
+  assert.equal(attack.page, 200);
+  assert.equal(attack.list.status, 200, attack.list.text);
+  assert.equal(JSON.parse(attack.list.text).leases[0].name, name);
+  assert.equal(attack.revoke.status, 200, attack.revoke.text);
+  assert.equal(JSON.parse(attack.revoke.text).revoked, true);
 });

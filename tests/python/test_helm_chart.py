@@ -64,8 +64,10 @@ EVERYTHING_ON = {
         "clientCA": {"enabled": True, "secretName": "leased-client-ca"},
     },
     "auth": {"enabled": True, "existingSecret": "leased-tokens"},
+    "console": {"enabled": True, "hosts": ["leases.example.com"]},
     "metrics": {
         "enabled": True,
+        "hosts": ["leased-metrics.monitoring.example"],
         "service": {"enabled": True},
         "serviceMonitor": {
             "enabled": True,
@@ -865,9 +867,16 @@ def test_metrics_port_is_on_the_service_only_when_asked(chart, service_enabled):
             "appProtocol": "http",
         }
         assert f"http://{FULLNAME}.{NAMESPACE}.svc:9090/metrics" in notes
+        # Scraping by the Service's names is not refused as DNS rebinding.
+        service = f"{FULLNAME}.{NAMESPACE}"
+        assert env_of(leased)["LEASED_METRICS_HOST"]["value"] == (
+            f"{FULLNAME},{service},{service}.svc,{service}.svc.cluster.local"
+        )
     else:
         assert service_ports.keys() == {"grpc"}
         assert "not on the Service" in notes
+        # Prometheus and probes reach the pods by IP, which the metrics port always accepts.
+        assert "LEASED_METRICS_HOST" not in env_of(leased)
     # Either way, nobody may scrape until networkPolicy.metricsFrom names Prometheus.
     rules = find(objects, "NetworkPolicy")["spec"]["ingress"]
     assert [p["port"] for rule in rules for p in rule["ports"]] == ["grpc"]
@@ -991,6 +1000,9 @@ def test_load_balancer_with_auth(chart):
         ({"resources": {"limits": {"memory": "lots"}}}, "/resources/limits/memory"),
         ({"livenessProbe": {"periodSeconds": 0}}, "/livenessProbe/periodSeconds"),
         ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "/topologySpreadConstraints/0"),
+        # A host name only: leased refuses a port (any is accepted) and an IP (every one is).
+        ({"console": {"hosts": ["leases.example:8080"]}}, "/console/hosts/0"),
+        ({"metrics": {"hosts": ["10.0.0.7"]}}, "/metrics/hosts/0"),
     ],
 )
 def test_schema_rejects(chart, values, where):
@@ -1063,6 +1075,28 @@ def test_console_is_on_the_pods_loopback_only(chart):
     assert [p["port"] for rule in rules for p in rule["ports"]] == ["grpc"]
     assert f"port-forward deployment/{FULLNAME} 8088:8088" in notes
     assert "paste a token" in notes
+    # kubectl port-forward's Host is 127.0.0.1 or localhost: the console needs no names of its own.
+    assert "LEASED_CONSOLE_HOST" not in env_of(leased)
     defaults, default_notes = render(chart, {})
     assert "LEASED_CONSOLE_LISTEN" not in env_of(container(defaults))
     assert "Console" not in default_notes
+
+
+def test_host_names_the_side_ports_answer_to(chart):
+    """console.hosts and metrics.hosts become LEASED_CONSOLE_HOST and LEASED_METRICS_HOST (after
+    the Service's names, with metrics.service.enabled)."""
+    values = {
+        "console": {"enabled": True, "hosts": ["leases.example.com", "leases-proxy"]},
+        "metrics": {"enabled": True, "hosts": ["leased-metrics.monitoring.example"]},
+    }
+    objects, _ = render(chart, values)
+    env = env_of(container(objects))
+    assert env["LEASED_CONSOLE_HOST"]["value"] == "leases.example.com,leases-proxy"
+    assert env["LEASED_METRICS_HOST"]["value"] == "leased-metrics.monitoring.example"
+    values["metrics"]["service"] = {"enabled": True}
+    objects, _ = render(chart, values)
+    names = env_of(container(objects))["LEASED_METRICS_HOST"]["value"].split(",")
+    assert names[0] == FULLNAME and names[-1] == "leased-metrics.monitoring.example"
+    # Without the port they serve, the names are not set.
+    objects, _ = render(chart, {"console": {"hosts": ["x.example"]}, "metrics": {"hosts": ["y"]}})
+    assert {"LEASED_CONSOLE_HOST", "LEASED_METRICS_HOST"}.isdisjoint(env_of(container(objects)))

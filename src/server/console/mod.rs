@@ -1,6 +1,9 @@
 //! The operator's console (`--console-listen`): one page, embedded in the binary, that shows the
 //! leases under a prefix, one lease live, and revokes with a reason. Plain HTTP/1.1 under the side
-//! ports' guards ([`super::http_port`]), with keep-alive for the browser.
+//! ports' guards ([`super::http_port`]), with keep-alive for the browser. Those guards answer only
+//! a `Host` that is an IP address, `localhost` or a `--console-host` name: without that, a page
+//! of any site whose name is re-pointed at 127.0.0.1 (DNS rebinding) would be same-origin with the
+//! console, and with access control off could list and revoke.
 //!
 //! The console holds no lease logic and no privileges of its own: each API call becomes a call of
 //! the gRPC services' handlers in this process (List, Describe, Watch, Revoke), with the page's
@@ -30,7 +33,7 @@ use tokio::net::TcpListener;
 use super::{
     admin::LeaseAdminServiceImpl,
     auth::Authenticator,
-    http_port::{self, HttpPort},
+    http_port::{self, AllowedHosts, HttpPort},
     service::LeaseServiceImpl,
 };
 use crate::{
@@ -72,14 +75,17 @@ pub(super) struct Console<S> {
     pub auth: Option<Arc<Authenticator>>,
     /// How long a request (its headers, and a revoke's body) may take to arrive.
     pub request_timeout: Duration,
+    /// Names the console answers to besides IP addresses and `localhost` (`--console-host`).
+    pub hosts: Vec<String>,
 }
 
 /// Serves the console on `listener` until `shutdown` fires.
 pub(super) async fn serve<S: LeaseStore>(
     listener: TcpListener,
-    console: Console<S>,
+    mut console: Console<S>,
     shutdown: Shutdown,
 ) {
+    let hosts = AllowedHosts::new(std::mem::take(&mut console.hosts), "--console-host");
     let port = HttpPort {
         name: "console",
         max_connections: MAX_CONNECTIONS,
@@ -88,6 +94,7 @@ pub(super) async fn serve<S: LeaseStore>(
         request_timeout: console.request_timeout,
         evictions: &metrics().console_evictions,
         eviction_log: &EVICTED_LOG,
+        hosts,
     };
     let console = Arc::new(console);
     let respond = move |request, peer| {
