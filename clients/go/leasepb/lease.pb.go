@@ -17,7 +17,9 @@
 //   FAILED_PRECONDITION Acquire with a `limit` other than the one the name's current holders were
 //                       granted with (the message names the limit in force); Acquire with an own
 //                       `lease_id` released in the last minute, or whose waiting call a retry
-//                       with the same id replaced.
+//                       with the same id replaced, or that holds a grant of the name of another
+//                       mode or limit than the retry asks for (the message names `shared` or
+//                       `limit`).
 //   RESOURCE_EXHAUSTED  a server limit was reached: waiters per name (the whole queue, all replicas),
 //                       shared holders of one name (--max-limit), leases held at once on one
 //                       Renew stream.
@@ -32,7 +34,8 @@
 //   PERMISSION_DENIED   the token may not do this operation on this lease name (List: on every
 //                       name under the prefix). The operations are acquire, renew, release,
 //                       describe, watch, check, list and revoke; only tokens that name `revoke`
-//                       may revoke.
+//                       may revoke. Also: Acquire, Renew or Release of a grant that another token
+//                       made with its own `lease_id` (the message names `lease_id`).
 // Contention is never an error: a busy lease answers `not_granted`.
 //
 // Limits: `name` is 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`; `holder` at most 256 bytes,
@@ -187,9 +190,13 @@ type AcquireRequest struct {
 	// The caller's own lease id, to make Acquire safe to retry and to give up (see Acquire): 22 to
 	// 128 characters of `A-Z a-z 0-9 _ -` (INVALID_ARGUMENT naming `lease_id` otherwise); empty
 	// lets the server generate one. Make it 128 bits or more from a cryptographically secure random
-	// generator (the clients send 32 hex digits from the OS's): the lease id is the holder's secret,
-	// and anyone who can guess it can renew or release the lease. The server never logs it and
-	// never shows it to others. A new acquisition takes a new id; reuse one only to retry.
+	// generator (the clients send 32 hex digits from the OS's, 16 random bytes): the lease id is the
+	// holder's secret, and without access control anyone who can guess it can renew or release the
+	// lease. An id of fewer than 6 distinct characters is refused as guessable (INVALID_ARGUMENT
+	// naming `lease_id`; a random one is, with odds below 1e-12). With access control on, a grant
+	// made with an own id is bound to the token that made it (the token's name in the tokens file):
+	// another token's Acquire, Renew or Release of it is PERMISSION_DENIED. The server never logs
+	// it and never shows it to others. A new acquisition takes a new id; reuse one only to retry.
 	LeaseId string `protobuf:"bytes,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 }
 

@@ -39,14 +39,19 @@ type LeaseServiceClient interface {
 	// stays held until its TTL. With an own `lease_id` (below), cancel and then Release it.
 	// With the caller's own `lease_id` (AcquireRequest.lease_id) it is safe to retry and to give up:
 	// an Acquire whose `lease_id` already holds the name answers that grant again (same token, same
-	// expiry), a retried wait keeps its place in the queue (the call it retries, if still waiting,
+	// expiry), if it asks for what the grant is: the same `shared` and `limit` (otherwise
+	// FAILED_PRECONDITION naming the field; `holder`, `ttl_ms`, `wait_ms` and `lock_delay_ms` may
+	// differ, and the grant is answered as it was made: Renew to change its TTL) and, with access
+	// control on, from the token that made it (otherwise PERMISSION_DENIED). A retried wait keeps its place in the queue (the call it retries, if still waiting,
 	// then ends with FAILED_PRECONDITION), and a caller that gives up cancels and then sends
 	// Release(name, lease_id), which ends the grant whichever way the race went: a released
 	// lease id grants nothing for a minute (FAILED_PRECONDITION; a new acquisition takes a new
 	// id). The
 	// server never releases such a grant on its own (not on a cancellation, not after an error):
 	// the caller may be retrying with the same id, and a release behind its back would end the
-	// grant its retry was answered with. Without a `lease_id`, each `granted` is a new lease with a
+	// grant its retry was answered with. With --redis-wait-replicas, a retry whose replicas fall
+	// short answers UNAVAILABLE and leaves the grant held; only the call that made a grant undoes
+	// it after a shortfall, and only while no retry was answered it. Without a `lease_id`, each `granted` is a new lease with a
 	// new id and a larger token, and a cancelled call is undone by the server as far as it can know
 	// (above).
 	//
@@ -63,12 +68,14 @@ type LeaseServiceClient interface {
 	// Several leases may share one stream. A renewal that finds the lease expired, released, or held
 	// by someone else answers `lost`: the lease is gone for good and the caller must stop using it;
 	// Renew never re-acquires. Renewing twice is harmless (idempotent apart from moving the expiry).
-	// The stream ends with INVALID_ARGUMENT on a malformed request, and with UNAVAILABLE when the
-	// server shuts down or the store cannot answer; the leases themselves live on until their TTL.
+	// The stream ends with INVALID_ARGUMENT on a malformed request, with PERMISSION_DENIED for a
+	// grant that another token made with its own lease id, and with UNAVAILABLE when the server
+	// shuts down or the store cannot answer; the leases themselves live on until their TTL.
 	Renew(ctx context.Context, opts ...grpc.CallOption) (LeaseService_RenewClient, error)
 	// Release ends the lease now, if `lease_id` still holds it, and wakes the callers waiting for it.
 	// Idempotent: `released` is false when the caller was not the holder (already released, expired,
-	// or taken over), and releasing twice is harmless.
+	// or taken over), and releasing twice is harmless. A grant that another token made with its
+	// own lease id is PERMISSION_DENIED, and stays held.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Describe reports who holds `name` and until when: every holder of a counting lease, and how
 	// many callers wait. Anyone may call it; it never returns a `lease_id`. Read-only.
@@ -247,14 +254,19 @@ type LeaseServiceServer interface {
 	// stays held until its TTL. With an own `lease_id` (below), cancel and then Release it.
 	// With the caller's own `lease_id` (AcquireRequest.lease_id) it is safe to retry and to give up:
 	// an Acquire whose `lease_id` already holds the name answers that grant again (same token, same
-	// expiry), a retried wait keeps its place in the queue (the call it retries, if still waiting,
+	// expiry), if it asks for what the grant is: the same `shared` and `limit` (otherwise
+	// FAILED_PRECONDITION naming the field; `holder`, `ttl_ms`, `wait_ms` and `lock_delay_ms` may
+	// differ, and the grant is answered as it was made: Renew to change its TTL) and, with access
+	// control on, from the token that made it (otherwise PERMISSION_DENIED). A retried wait keeps its place in the queue (the call it retries, if still waiting,
 	// then ends with FAILED_PRECONDITION), and a caller that gives up cancels and then sends
 	// Release(name, lease_id), which ends the grant whichever way the race went: a released
 	// lease id grants nothing for a minute (FAILED_PRECONDITION; a new acquisition takes a new
 	// id). The
 	// server never releases such a grant on its own (not on a cancellation, not after an error):
 	// the caller may be retrying with the same id, and a release behind its back would end the
-	// grant its retry was answered with. Without a `lease_id`, each `granted` is a new lease with a
+	// grant its retry was answered with. With --redis-wait-replicas, a retry whose replicas fall
+	// short answers UNAVAILABLE and leaves the grant held; only the call that made a grant undoes
+	// it after a shortfall, and only while no retry was answered it. Without a `lease_id`, each `granted` is a new lease with a
 	// new id and a larger token, and a cancelled call is undone by the server as far as it can know
 	// (above).
 	//
@@ -271,12 +283,14 @@ type LeaseServiceServer interface {
 	// Several leases may share one stream. A renewal that finds the lease expired, released, or held
 	// by someone else answers `lost`: the lease is gone for good and the caller must stop using it;
 	// Renew never re-acquires. Renewing twice is harmless (idempotent apart from moving the expiry).
-	// The stream ends with INVALID_ARGUMENT on a malformed request, and with UNAVAILABLE when the
-	// server shuts down or the store cannot answer; the leases themselves live on until their TTL.
+	// The stream ends with INVALID_ARGUMENT on a malformed request, with PERMISSION_DENIED for a
+	// grant that another token made with its own lease id, and with UNAVAILABLE when the server
+	// shuts down or the store cannot answer; the leases themselves live on until their TTL.
 	Renew(LeaseService_RenewServer) error
 	// Release ends the lease now, if `lease_id` still holds it, and wakes the callers waiting for it.
 	// Idempotent: `released` is false when the caller was not the holder (already released, expired,
-	// or taken over), and releasing twice is harmless.
+	// or taken over), and releasing twice is harmless. A grant that another token made with its
+	// own lease id is PERMISSION_DENIED, and stays held.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Describe reports who holds `name` and until when: every holder of a counting lease, and how
 	// many callers wait. Anyone may call it; it never returns a `lease_id`. Read-only.
