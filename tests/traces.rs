@@ -8,13 +8,18 @@
 //!   the log (at debug) does not print the spans;
 //! - the spans still queued at SIGTERM reach the receiver before the process exits;
 //! - without `--otlp-endpoint`, nothing is exported;
+//! - a collector that accepts the connection and never answers fails an export within its
+//!   bound (logged), and the export resumes once a receiver answers there again;
 //! - an `--otlp-endpoint` (or `LEASED_OTLP_ENDPOINT`) that is not an http(s) URL refuses the
 //!   start, naming the flag.
 
 #[path = "common/mod.rs"]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use common::{
     LeasedProcess, Log, RedisServer,
@@ -24,6 +29,7 @@ use leased::proto::{
     AcquireRequest, Granted, ReleaseRequest, acquire_response,
     lease_service_client::LeaseServiceClient,
 };
+use tokio::{io::AsyncReadExt, net::TcpListener, task::JoinSet};
 use tonic::transport::Channel;
 
 /// The caller's trace, as its `traceparent` names it.
@@ -280,4 +286,100 @@ fn a_bad_otlp_endpoint_refuses_the_start_naming_the_flag() {
         assert_eq!(status.code(), Some(1), "{stderr}");
         assert!(stderr.contains("--otlp-endpoint"), "{stderr}");
     }
+}
+
+/// A collector that accepts connections and reads them, never answering, until stopped or
+/// dropped (which closes them).
+struct SilentCollector {
+    address: SocketAddr,
+    accepting: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl SilentCollector {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepting = tokio::spawn(async move {
+            // Dropped with this task, closing every connection.
+            let mut connections = JoinSet::new();
+            while let Ok((mut connection, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    let mut sink = [0; 4096];
+                    while connection.read(&mut sink).await.is_ok_and(|read| read > 0) {}
+                });
+            }
+        });
+        SilentCollector {
+            address,
+            accepting: Some(accepting),
+        }
+    }
+
+    /// Closes the listener and every connection, before returning: the address is free again.
+    async fn stop(mut self) {
+        if let Some(accepting) = self.accepting.take() {
+            accepting.abort();
+            let _ = accepting.await;
+        }
+    }
+}
+
+impl Drop for SilentCollector {
+    fn drop(&mut self) {
+        if let Some(accepting) = &self.accepting {
+            accepting.abort();
+        }
+    }
+}
+
+/// What the log says when an export fails.
+const EXPORT_FAILED: &str = "trace export to the OTLP collector failed";
+
+/// A collector that accepts the connection and never answers does not hold the export: the
+/// export fails, logged, within its 10 s bound, and spans reach the collector again once a
+/// receiver answers on that address.
+#[tokio::test]
+async fn a_collector_that_never_answers_fails_the_export_within_its_bound() {
+    let silent = SilentCollector::start().await;
+    let address = silent.address;
+    let log = std::env::temp_dir().join(format!("leased-silent-collector-{}.log", address.port()));
+    let server = LeasedProcess::serve()
+        .args(["--otlp-endpoint", &format!("http://{address}")])
+        .log(Log::File(log.clone()))
+        .start()
+        .await;
+    let mut client = server.client().await;
+    let held = acquire_traced(&mut client, "unanswered", 0, FIRST_ACQUIRE_PARENT).await;
+    let sent = Instant::now();
+    // The promise is 10 s after the batch leaves (at most 1 s after the span ends); the cap
+    // leaves room for a loaded machine, not for the minutes an unbounded export took.
+    let logged =
+        common::harness::poll_until_async("export failed", Duration::from_secs(30), || {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            std::future::ready(log.contains(EXPORT_FAILED))
+        })
+        .await;
+    let failed_after = sent.elapsed();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    logged.unwrap_or_else(|_| panic!("no '{EXPORT_FAILED}' within 30 s: {text}"));
+    println!("export failed {failed_after:?} after the span: {text}");
+    assert!(
+        failed_after >= Duration::from_secs(5),
+        "{failed_after:?}: {text}"
+    );
+
+    silent.stop().await;
+    let receiver = OtlpReceiver::start_at(address).await;
+    release_traced(&mut client, &held.lease_id, RELEASE_PARENT).await;
+    let resumed = receiver
+        .wait_for(EXPORT_WAIT, |spans| {
+            child_of_caller(spans, RELEASE_PARENT).cloned()
+        })
+        .await;
+    assert!(
+        resumed.is_some(),
+        "no span after the collector came back: {:#?}",
+        receiver.spans()
+    );
 }
