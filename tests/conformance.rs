@@ -509,7 +509,24 @@ async fn every_bad_input_is_invalid_argument_naming_the_field(server: &Leased) {
             },
         ),
     ];
-    for (field, request) in bad_acquires {
+    // Holders that read as another (or as nothing): zero-width and format characters, a line
+    // separator, a byte order mark, a tag character, a Hangul filler.
+    let invisible_holders = [
+        "ops\u{200B}-host",
+        "a\u{2028}b",
+        "\u{FEFF}host",
+        "host\u{E0041}",
+        "host\u{00AD}a",
+        "\u{3164}",
+    ]
+    .map(|holder| {
+        let request = AcquireRequest {
+            holder: holder.into(),
+            ..ok_acquire.clone()
+        };
+        ("holder", request)
+    });
+    for (field, request) in bad_acquires.into_iter().chain(invisible_holders) {
         let status = match client.acquire(request.clone()).await {
             Err(status) => status,
             Ok(response) => response.into_inner().next().await.unwrap().unwrap_err(),

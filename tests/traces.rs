@@ -8,23 +8,31 @@
 //!   the log (at debug) does not print the spans;
 //! - the spans still queued at SIGTERM reach the receiver before the process exits;
 //! - without `--otlp-endpoint`, nothing is exported;
+//! - a collector that accepts the connection and never answers fails an export within its
+//!   bound (logged), and the export resumes once a receiver answers there again;
+//! - a call's span carries its request's fields only once the call is authenticated and they
+//!   are valid, and continues the caller's trace only for an authenticated call;
 //! - an `--otlp-endpoint` (or `LEASED_OTLP_ENDPOINT`) that is not an http(s) URL refuses the
 //!   start, naming the flag.
 
 #[path = "common/mod.rs"]
 mod common;
 
-use std::time::{Duration, Instant};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use common::{
     LeasedProcess, Log, RedisServer,
     harness::otlp::{OtlpReceiver, ReceivedSpan},
 };
 use leased::proto::{
-    AcquireRequest, Granted, ReleaseRequest, acquire_response,
+    AcquireRequest, DescribeRequest, Granted, ReleaseRequest, acquire_response,
     lease_service_client::LeaseServiceClient,
 };
-use tonic::transport::Channel;
+use tokio::{io::AsyncReadExt, net::TcpListener, task::JoinSet};
+use tonic::{Code, transport::Channel};
 
 /// The caller's trace, as its `traceparent` names it.
 const CALLER_TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -279,5 +287,217 @@ fn a_bad_otlp_endpoint_refuses_the_start_naming_the_flag() {
         let (status, stderr) = serve.run_to_exit(Duration::from_secs(10));
         assert_eq!(status.code(), Some(1), "{stderr}");
         assert!(stderr.contains("--otlp-endpoint"), "{stderr}");
+    }
+}
+
+/// A collector that accepts connections and reads them, never answering, until stopped or
+/// dropped (which closes them).
+struct SilentCollector {
+    address: SocketAddr,
+    accepting: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl SilentCollector {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepting = tokio::spawn(async move {
+            // Dropped with this task, closing every connection.
+            let mut connections = JoinSet::new();
+            while let Ok((mut connection, _)) = listener.accept().await {
+                connections.spawn(async move {
+                    let mut sink = [0; 4096];
+                    while connection.read(&mut sink).await.is_ok_and(|read| read > 0) {}
+                });
+            }
+        });
+        SilentCollector {
+            address,
+            accepting: Some(accepting),
+        }
+    }
+
+    /// Closes the listener and every connection, before returning: the address is free again.
+    async fn stop(mut self) {
+        if let Some(accepting) = self.accepting.take() {
+            accepting.abort();
+            let _ = accepting.await;
+        }
+    }
+}
+
+impl Drop for SilentCollector {
+    fn drop(&mut self) {
+        if let Some(accepting) = &self.accepting {
+            accepting.abort();
+        }
+    }
+}
+
+/// What the log says when an export fails.
+const EXPORT_FAILED: &str = "trace export to the OTLP collector failed";
+
+/// A collector that accepts the connection and never answers does not hold the export: the
+/// export fails, logged, within its 10 s bound, and spans reach the collector again once a
+/// receiver answers on that address.
+#[tokio::test]
+async fn a_collector_that_never_answers_fails_the_export_within_its_bound() {
+    let silent = SilentCollector::start().await;
+    let address = silent.address;
+    let log = std::env::temp_dir().join(format!("leased-silent-collector-{}.log", address.port()));
+    let server = LeasedProcess::serve()
+        .args(["--otlp-endpoint", &format!("http://{address}")])
+        .log(Log::File(log.clone()))
+        .start()
+        .await;
+    let mut client = server.client().await;
+    let held = acquire_traced(&mut client, "unanswered", 0, FIRST_ACQUIRE_PARENT).await;
+    let sent = Instant::now();
+    // The promise is 10 s after the batch leaves (at most 1 s after the span ends); the cap
+    // leaves room for a loaded machine, not for the minutes an unbounded export took.
+    let logged =
+        common::harness::poll_until_async("export failed", Duration::from_secs(30), || {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            std::future::ready(log.contains(EXPORT_FAILED))
+        })
+        .await;
+    let failed_after = sent.elapsed();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    logged.unwrap_or_else(|_| panic!("no '{EXPORT_FAILED}' within 30 s: {text}"));
+    println!("export failed {failed_after:?} after the span: {text}");
+    assert!(
+        failed_after >= Duration::from_secs(5),
+        "{failed_after:?}: {text}"
+    );
+
+    silent.stop().await;
+    let receiver = OtlpReceiver::start_at(address).await;
+    release_traced(&mut client, &held.lease_id, RELEASE_PARENT).await;
+    let resumed = receiver
+        .wait_for(EXPORT_WAIT, |spans| {
+            child_of_caller(spans, RELEASE_PARENT).cloned()
+        })
+        .await;
+    assert!(
+        resumed.is_some(),
+        "no span after the collector came back: {:#?}",
+        receiver.spans()
+    );
+}
+
+/// The token of the one client of [`a_call_traces_its_input_and_its_callers_trace_only_once_authenticated_and_valid`].
+const TRACER_TOKEN: &str = "tracer-token-0123456789abcdef";
+/// The caller's spans of its three Describes.
+const UNAUTHENTICATED_PARENT: &str = "00f067aa0ba902c1";
+const INVALID_NAME_PARENT: &str = "00f067aa0ba902c2";
+const VALID_PARENT: &str = "00f067aa0ba902c3";
+
+/// Before a call is authenticated and its input validated, its span records nothing of the
+/// request: an unauthenticated Describe with a 3 KB name of escape sequences and newlines and a
+/// chosen `traceparent` is exported without the name and in a trace of its own; an authenticated
+/// one with that name continues the caller's trace without the name; a valid authenticated one
+/// has both.
+#[tokio::test]
+async fn a_call_traces_its_input_and_its_callers_trace_only_once_authenticated_and_valid() {
+    let tokens = std::env::temp_dir().join(format!(
+        "leased-traces-tokens-{}-{}.json",
+        std::process::id(),
+        common::free_port()
+    ));
+    let file = serde_json::json!({ "tokens": [{
+        "client": "tracer", "token": TRACER_TOKEN, "prefixes": [""], "operations": ["describe"]
+    }] });
+    std::fs::write(&tokens, file.to_string()).unwrap();
+    let receiver = OtlpReceiver::start().await;
+    let server = LeasedProcess::serve()
+        .args([
+            "--otlp-endpoint".to_owned(),
+            receiver.endpoint(),
+            "--auth-tokens".to_owned(),
+            tokens.display().to_string(),
+        ])
+        .start()
+        .await;
+    let _ = std::fs::remove_file(&tokens);
+    let mut client = server.client().await;
+    let hostile = format!("{}hostile-marker", "\u{1b}[2J\n".repeat(700));
+    assert!(hostile.len() > 3_000);
+    let describe = |name: &str, parent: &str, token: Option<&str>| {
+        let mut request = traced(DescribeRequest { name: name.into() }, parent);
+        if let Some(token) = token {
+            let bearer = format!("Bearer {token}").parse().unwrap();
+            request.metadata_mut().insert("authorization", bearer);
+        }
+        request
+    };
+    let unauthenticated = client.describe(describe(&hostile, UNAUTHENTICATED_PARENT, None));
+    assert_eq!(
+        unauthenticated.await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    let invalid = describe(&hostile, INVALID_NAME_PARENT, Some(TRACER_TOKEN));
+    assert_eq!(
+        client.describe(invalid).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let valid = describe("traced/valid", VALID_PARENT, Some(TRACER_TOKEN));
+    client.describe(valid).await.unwrap();
+
+    let status_of = |span: &ReceivedSpan| span.attribute("rpc.grpc.status_code");
+    let spans = receiver
+        .wait_for(EXPORT_WAIT, |spans| {
+            let unauthenticated = spans
+                .iter()
+                .any(|span| status_of(span).as_deref() == Some("16"));
+            let both = [INVALID_NAME_PARENT, VALID_PARENT]
+                .iter()
+                .all(|parent| child_of_caller(spans, parent).is_some());
+            (unauthenticated && both).then(|| spans.to_vec())
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "the Describe spans were not exported: {:#?}",
+                receiver.spans()
+            )
+        });
+
+    let unauthenticated = spans
+        .iter()
+        .find(|span| status_of(span).as_deref() == Some("16"))
+        .unwrap();
+    assert_eq!(unauthenticated.span.name, "lease.v1.LeaseService/Describe");
+    assert_eq!(
+        unauthenticated.attribute("lease.name"),
+        None,
+        "{unauthenticated:#?}"
+    );
+    assert!(
+        unauthenticated.span.parent_span_id.is_empty(),
+        "{unauthenticated:#?}"
+    );
+    assert_ne!(hex(&unauthenticated.span.trace_id), CALLER_TRACE_ID);
+    assert!(child_of_caller(&spans, UNAUTHENTICATED_PARENT).is_none());
+
+    let invalid = child_of_caller(&spans, INVALID_NAME_PARENT).unwrap();
+    assert_eq!(
+        invalid.attribute("rpc.grpc.status_code").as_deref(),
+        Some("3")
+    );
+    assert_eq!(invalid.attribute("lease.name"), None, "{invalid:#?}");
+
+    let valid = child_of_caller(&spans, VALID_PARENT).unwrap();
+    assert_eq!(hex(&valid.span.trace_id), CALLER_TRACE_ID);
+    assert_eq!(
+        valid.attribute("lease.name").as_deref(),
+        Some("traced/valid")
+    );
+    assert_eq!(valid.attribute("lease.outcome").as_deref(), Some("free"));
+
+    // Nothing of the hostile name anywhere in what was exported.
+    let exported = format!("{:?}", receiver.requests());
+    for part in ["hostile-marker", "[2J"] {
+        assert!(!exported.contains(part), "{part} was exported");
     }
 }

@@ -338,16 +338,64 @@ fn is_bidi_formatting(c: char) -> bool {
     )
 }
 
-/// Refuses `text` if it contains a character of [`is_control_or_bidi`], saying which (escaped,
-/// so the error itself is safe to print) and at which byte.
+/// Characters that show as nothing, or as a blank, so that two holders that read the same are
+/// not: the format characters (Unicode Cf: soft hyphen, zero-width space and joiners, word
+/// joiner, BOM, the tag characters...), the line and paragraph separators (Zl, Zp), which break
+/// a log line as a newline does, the combining grapheme joiner (U+034F) and the Hangul fillers
+/// (U+115F, U+1160, U+3164, U+FFA0), which are letters that draw a blank. `char` has no general
+/// category, and a table this small is cheaper than a dependency: the Cf ranges are those of
+/// Unicode 16's DerivedGeneralCategory.txt (the bidirectional ones, also Cf, are refused above
+/// under their own name), and the whole tag block U+E0000 to U+E007F (unassigned ones included).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        // Cf.
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E007F}'
+            // Zl, Zp.
+            | '\u{2028}'
+            | '\u{2029}'
+            // Not Cf, but invisible or a blank.
+            | '\u{034F}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{3164}'
+            | '\u{FFA0}'
+    )
+}
+
+/// Refuses `text` if it contains a control, bidirectional formatting or invisible character,
+/// saying which kind and which character (escaped, so the error itself is safe to print) and at
+/// which byte.
 fn refuse_hidden_characters(field: &'static str, text: &str) -> Result<()> {
-    let Some((at, bad)) = text.char_indices().find(|(_, c)| is_control_or_bidi(*c)) else {
+    let hidden = |c: char| is_control_or_bidi(c) || is_invisible(c);
+    let Some((at, bad)) = text.char_indices().find(|(_, c)| hidden(*c)) else {
         return Ok(());
     };
     let kind = if bad.is_control() {
         "control characters"
-    } else {
+    } else if is_bidi_formatting(bad) {
         "bidirectional formatting characters"
+    } else {
+        "invisible or blank formatting characters"
     };
     Err(Error::invalid(
         field,
@@ -479,18 +527,70 @@ mod tests {
         }
     }
 
+    /// Every invisible or blank character of the rule (Cf, Zl, Zp, the tag block, U+034F and
+    /// the Hangul fillers) is refused, naming the field, the character and its byte offset.
+    #[test]
+    fn holders_refuse_invisible_and_blank_characters() {
+        let listed = [
+            '\u{00AD}', '\u{061C}', '\u{06DD}', '\u{070F}', '\u{08E2}', '\u{180E}',
+        ]
+        .into_iter()
+        .chain('\u{0600}'..='\u{0605}')
+        .chain('\u{0890}'..='\u{0891}')
+        .chain('\u{200B}'..='\u{200F}')
+        .chain('\u{202A}'..='\u{202E}')
+        .chain('\u{2060}'..='\u{2064}')
+        .chain('\u{2066}'..='\u{206F}')
+        .chain(['\u{FEFF}', '\u{110BD}', '\u{110CD}'])
+        .chain('\u{FFF9}'..='\u{FFFB}')
+        .chain('\u{13430}'..='\u{1343F}')
+        .chain('\u{1BCA0}'..='\u{1BCA3}')
+        .chain('\u{1D173}'..='\u{1D17A}')
+        .chain('\u{E0000}'..='\u{E007F}')
+        .chain(['\u{2028}', '\u{2029}'])
+        .chain(['\u{034F}', '\u{115F}', '\u{1160}', '\u{3164}', '\u{FFA0}']);
+        let mut refused = 0;
+        for c in listed {
+            let error = holder_error(&format!("ab{c}"));
+            assert!(
+                error.starts_with("invalid holder: must not contain "),
+                "{error}"
+            );
+            assert!(
+                error.ends_with(&format!("found '{}' at byte 2", c.escape_unicode())),
+                "{error}"
+            );
+            refused += 1;
+        }
+        // 16 single characters and ranges of 6, 2, 5, 5, 5, 10, 3, 16, 4, 8 and 128.
+        assert_eq!(refused, 16 + 6 + 2 + 5 + 5 + 5 + 10 + 3 + 16 + 4 + 8 + 128);
+        assert_eq!(
+            holder_error("host\u{200B}a"),
+            "invalid holder: must not contain invisible or blank formatting characters, \
+             found '\\u{200b}' at byte 4"
+        );
+        // A revoke reason, shown to the revoked holder, follows the same rule.
+        let reason = parse_reason("wedged\u{2028}forged: line").unwrap_err();
+        assert!(
+            reason
+                .to_string()
+                .starts_with("invalid reason: must not contain invisible")
+        );
+    }
+
     #[test]
     fn holders_keep_any_other_text() {
         let limits = Limits::default();
-        // Neighbours of the refused ranges, emoji, right-to-left script, zero-width joiners and
-        // spaces are text, not formatting that reorders: accepted as they are.
+        // Neighbours of the refused ranges, emoji, right-to-left script and visible spaces are
+        // text: accepted as they are.
         for holder in [
             "",
             "host-a/pid-42",
             "ünïcödé 漢字 🦀",
             "עברית العربية",
-            "a\u{200D}b\u{200B}c\u{00A0}d",
-            "\u{A0}\u{2029}\u{202F}\u{2065}\u{206A}\u{061B}\u{061D}",
+            "a\u{00A0}b\u{202F}c\u{3000}d",
+            "\u{AC}\u{AE}\u{34E}\u{350}\u{2027}\u{202F}\u{2065}\u{061B}\u{061D}\u{3163}\u{3165}",
+            "\u{FEFE}\u{FF00}\u{FFF8}\u{FFFC}\u{1D172}\u{1D17B}\u{DFFFF}\u{E0080}",
             "~ \\ \"'",
         ] {
             let request = limits

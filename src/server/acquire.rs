@@ -46,9 +46,9 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             shared: request.shared,
             lease_id: &request.lease_id,
         })?;
+        record_request(span, &request);
         authorize(&principal, Operation::Acquire, &request.name)?;
         request.caller = caller_of(&principal);
-        record_request(span, &request);
         let name = request.name.clone();
         // Lives as long as the response stream: records the RPC when the stream ends or is dropped.
         let mut recorder = StreamRecorder::start("Acquire", span);
@@ -100,8 +100,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
     }
 }
 
-/// The request's fields in its trace span (never its `lease_id`: the caller's secret).
+/// The request's fields in its trace span, once valid (never its `lease_id`: the caller's
+/// secret).
 fn record_request(span: &Span, request: &ValidatedAcquire) {
+    telemetry::record_name(span, &request.name);
     span.record("lease.holder", request.holder.as_str());
     span.record("lease.ttl_ms", telemetry::integer(request.ttl.as_millis()));
     span.record("lease.limit", i64::from(request.limit));

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
+use tracing::Span;
 
 use super::{
     ServerOptions,
     auth::{Authenticator, Operation, Principal},
     connections::ConnectionInfo,
     console::ViaConsole,
-    service::{authenticate, authorize, holder_info, recorded},
+    service::{authorize, holder_info, recorded, traced_call},
 };
 use crate::{
     error::Result,
@@ -23,7 +24,7 @@ use crate::{
         LeaseInfo, ListRequest, ListResponse, RevokeRequest, RevokeResponse,
         lease_admin_service_server::LeaseAdminService,
     },
-    telemetry::{self, ADMIN_SERVICE, rpc_span},
+    telemetry::{self, ADMIN_SERVICE},
 };
 
 /// The `lease.v1.LeaseAdminService` implementation over any [`LeaseStore`].
@@ -44,8 +45,7 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
 #[tonic::async_trait]
 impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let span = rpc_span(ADMIN_SERVICE, "List", request.metadata());
-        span.record("lease.prefix", request.get_ref().prefix.as_str());
+        let (span, principal) = traced_call(&self.auth, ADMIN_SERVICE, "List", &request);
         let outcome = {
             let span = span.clone();
             move |reply: &ListResponse| {
@@ -53,9 +53,9 @@ impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
                 "listed"
             }
         };
-        recorded("List", span, outcome, async {
-            let principal = authenticate(&self.auth, &request)?;
-            self.list_page(principal, request.into_inner()).await
+        recorded("List", &span, outcome, async {
+            self.list_page(principal?, request.into_inner(), &span)
+                .await
         })
         .await
     }
@@ -64,18 +64,15 @@ impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
         &self,
         request: Request<RevokeRequest>,
     ) -> Result<Response<RevokeResponse>, Status> {
-        let span = rpc_span(ADMIN_SERVICE, "Revoke", request.metadata());
-        span.record("lease.name", request.get_ref().name.as_str());
-        let fencing_token = telemetry::integer(request.get_ref().fencing_token);
-        span.record("lease.fencing_token", fencing_token);
+        let (span, principal) = traced_call(&self.auth, ADMIN_SERVICE, "Revoke", &request);
         let outcome = |reply: &RevokeResponse| match reply.revoked {
             true => "revoked",
             false => "not_revoked",
         };
-        recorded("Revoke", span, outcome, async {
-            let principal = authenticate(&self.auth, &request)?;
+        recorded("Revoke", &span, outcome, async {
+            let principal = principal?;
             let caller = Caller::of(&principal, &request);
-            self.revoke_one(principal, caller, request.into_inner())
+            self.revoke_one(principal, caller, request.into_inner(), &span)
                 .await
         })
         .await
@@ -87,8 +84,10 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         request: ListRequest,
+        span: &Span,
     ) -> Result<ListResponse> {
         let prefix = parse_list_prefix(&request.prefix)?;
+        span.record("lease.prefix", prefix.as_str());
         let page_size = parse_page_size(request.page_size)?;
         if let Some(principal) = &principal {
             principal.authorize_list(&prefix)?;
@@ -112,8 +111,14 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
         principal: Option<Principal>,
         caller: Caller,
         request: RevokeRequest,
+        span: &Span,
     ) -> Result<RevokeResponse> {
         let name = parse_name(&request.name)?;
+        telemetry::record_name(span, &name);
+        span.record(
+            "lease.fencing_token",
+            telemetry::integer(request.fencing_token),
+        );
         authorize(&principal, Operation::Revoke, &name)?;
         let reason = parse_reason(&request.reason)?;
         let only = Some(request.fencing_token).filter(|token| *token != 0);

@@ -73,22 +73,118 @@ impl Operation {
     }
 }
 
-/// One entry of the tokens file.
+/// One entry of the tokens file. Each field is read through a function that reports a wrong
+/// value by the field's name, never by the value (see [`parse_tokens_file`]); unknown fields
+/// are refused before, by [`check_shape`].
 #[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct TokenEntry {
     /// Who holds the token, for logs (the token itself is never logged).
+    #[serde(deserialize_with = "client")]
     client: String,
+    #[serde(deserialize_with = "token")]
     token: String,
     /// Lease names this token may touch start with one of these ("" allows every name).
+    #[serde(deserialize_with = "prefixes")]
     prefixes: Vec<String>,
+    #[serde(deserialize_with = "operations")]
     operations: Vec<Operation>,
 }
 
+/// The fields of a [`TokenEntry`], as the file names them.
+const ENTRY_FIELDS: [&str; 4] = ["client", "token", "prefixes", "operations"];
+
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct TokensFile {
     tokens: Vec<TokenEntry>,
+}
+
+/// The tokens file, or what is wrong with it, without ever a value from it: a value in the
+/// wrong place may be a token (serde's messages quote it: "unknown variant `<the token>`" for
+/// a token pasted into `operations`), and the message goes to the log. In three steps:
+/// - the syntax, whose messages (serde_json's fixed texts) give the line and column;
+/// - the shape: an object of `tokens`, a list of objects with only the known fields (serde's
+///   messages for these quote the value or the unknown field's name, which may be the token);
+///   the message names the entry, by its position in the list;
+/// - the values, each read by its field's function ([`field`]): the message names the field,
+///   and serde_json adds the line and column.
+fn parse_tokens_file(text: &str) -> Result<TokensFile, String> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|error| error.to_string())?;
+    check_shape(&value)?;
+    serde_json::from_str(text).map_err(|error| error.to_string())
+}
+
+/// Refuses a file that is not `{"tokens": [{...}, ...]}` with only the known fields, naming the
+/// entry and never a value or an unknown field's name.
+fn check_shape(file: &serde_json::Value) -> Result<(), String> {
+    let Some(file) = file.as_object() else {
+        return Err("it must be a JSON object with a `tokens` list".to_owned());
+    };
+    if file.keys().any(|key| key != "tokens") {
+        return Err("it has a field other than `tokens` (not named: it may be a token)".to_owned());
+    }
+    let Some(entries) = file.get("tokens").map(serde_json::Value::as_array) else {
+        return Err("missing field `tokens`".to_owned());
+    };
+    let Some(entries) = entries else {
+        return Err("`tokens` must be a list of token entries".to_owned());
+    };
+    for (index, entry) in entries.iter().enumerate() {
+        let number = index + 1;
+        let Some(entry) = entry.as_object() else {
+            return Err(format!("entry {number} of `tokens` is not an object"));
+        };
+        if entry
+            .keys()
+            .any(|key| !ENTRY_FIELDS.contains(&key.as_str()))
+        {
+            return Err(format!(
+                "entry {number} of `tokens` has a field other than {} (not named: it may be a \
+                 token)",
+                ENTRY_FIELDS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a field's value as `T`, or fails naming the field and what it must be, never the value
+/// (serde_json adds the line and column).
+fn field<'de, D, T>(
+    deserializer: D,
+    name: &str,
+    must_be: impl std::fmt::Display,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    // Fails only on a syntax error, whose message quotes nothing.
+    let value = serde_json::Value::deserialize(deserializer)?;
+    serde_json::from_value(value)
+        .map_err(|_| serde::de::Error::custom(format_args!("`{name}` must be {must_be}")))
+}
+
+fn client<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    field(deserializer, "client", "a string")
+}
+
+fn token<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    field(deserializer, "token", "a string")
+}
+
+fn prefixes<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    field(deserializer, "prefixes", "a list of strings")
+}
+
+fn operations<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<Operation>, D::Error> {
+    let names = Operation::ALL.map(Operation::as_str).join(", ");
+    field(
+        deserializer,
+        "operations",
+        format_args!("a list of: {names}"),
+    )
 }
 
 /// A client identified by its token: what it may do.
@@ -328,8 +424,8 @@ pub async fn reloaded(access: &mut Option<StreamAccess>) {
 fn read_tokens(path: &Path) -> Result<HashMap<Arc<str>, Principal>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read auth tokens {}: {e}", path.display()))?;
-    let file: TokensFile = serde_json::from_str(&text)
-        .map_err(|e| format!("invalid auth tokens file {}: {e}", path.display()))?;
+    let file = parse_tokens_file(&text)
+        .map_err(|problem| format!("invalid auth tokens file {}: {problem}", path.display()))?;
     let mut by_token = HashMap::new();
     for entry in file.tokens {
         if entry.token.len() < 16 {
@@ -410,6 +506,96 @@ mod tests {
                 .authorize_list(&parse_list_prefix("").unwrap())
                 .is_err()
         );
+    }
+
+    /// No error about the tokens file quotes a value or an unknown field's name from it, where
+    /// a token may have been pasted: each names the line and field, or the entry, instead.
+    #[test]
+    fn tokens_file_errors_never_quote_a_value() {
+        const SECRET: &str = "SuperSecretToken-9f8e7d6c5b4a3210";
+        let entry = |field: &str, value: &str| {
+            let mut fields = serde_json::Map::new();
+            for name in ENTRY_FIELDS {
+                let fine = match name {
+                    "client" => serde_json::json!("payments"),
+                    "token" => serde_json::json!("payments-token-0123456789"),
+                    "prefixes" => serde_json::json!(["payments/"]),
+                    _ => serde_json::json!(["acquire"]),
+                };
+                fields.insert(name.to_owned(), fine);
+            }
+            fields.insert(field.to_owned(), serde_json::from_str(value).unwrap());
+            format!(
+                "{{\n  \"tokens\": [\n    {}\n  ]\n}}",
+                serde_json::Value::from(fields)
+            )
+        };
+        let cases = [
+            (
+                entry("operations", &format!(r#"["acquire", "{SECRET}"]"#)),
+                "`operations` must be a list of: acquire, renew, release, describe, watch, \
+                 check, list, revoke at line 3",
+            ),
+            (
+                entry("token", "12345678901234567890123"),
+                "`token` must be a string at line 3",
+            ),
+            (
+                entry("prefixes", &format!("\"{SECRET}\"")),
+                "`prefixes` must be a list of strings at line 3",
+            ),
+            (
+                entry("client", &format!(r#"{{"{SECRET}": 1}}"#)),
+                "`client` must be a string at line 3",
+            ),
+            (
+                entry(SECRET, "1"),
+                "entry 1 of `tokens` has a field other than client, token, prefixes, operations",
+            ),
+            (
+                format!(r#"{{"tokens": [], "{SECRET}": 1}}"#),
+                "it has a field other than `tokens`",
+            ),
+            (format!("\"{SECRET}\""), "it must be a JSON object"),
+            (
+                format!(r#"{{"tokens": "{SECRET}"}}"#),
+                "`tokens` must be a list of token entries",
+            ),
+            (
+                format!(r#"{{"tokens": ["{SECRET}"]}}"#),
+                "entry 1 of `tokens` is not an object",
+            ),
+            (
+                format!(r#"{{"tokens": [{{"token": "{SECRET}"#),
+                "EOF while parsing a string at line 1",
+            ),
+            (
+                format!(r#"{{"tokens": [{{"token": "{SECRET}\q"}}]}}"#),
+                "invalid escape at line 1",
+            ),
+            (
+                format!(r#"{{"tokens": [{{"token": "{SECRET}"}}]}}"#),
+                "missing field `client`",
+            ),
+            (
+                format!(r#"{{"tokens": [{{"token": "{SECRET}", "token": "{SECRET}"}}]}}"#),
+                "duplicate field `token`",
+            ),
+        ];
+        for (file, expected) in cases {
+            let Err(error) = parse_tokens_file(&file) else {
+                panic!("accepted: {file}");
+            };
+            assert!(error.starts_with(expected), "{file}\n{error}");
+            for part in [
+                SECRET,
+                "9f8e7d6c5b4a3210",
+                "12345678901234567890123",
+                "1.23",
+            ] {
+                assert!(!error.contains(part), "{file}\n{error}");
+            }
+        }
     }
 
     /// The tokens file spells the new operations in lowercase.

@@ -78,10 +78,11 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                     }
                 };
                 // Each renewal has a span of its own (a stream renews any number of leases).
-                let renewal = telemetry::renewal_span(&request.name);
+                let renewal = telemetry::renewal_span();
                 // Boxed: the store's future (about 8 KB on Redis) then takes memory only while a
                 // renewal is in flight, not for as long as the stream stays open.
-                let answer = Box::pin(renew_one(&*store, &limits, &access, request, &held))
+                let renewing = renew_one(&*store, &limits, &access, request, &held, &renewal);
+                let answer = Box::pin(renewing)
                     .instrument(renewal.clone())
                     .await
                     .map_err(Status::from);
@@ -134,8 +135,10 @@ async fn renew_one<S: LeaseStore>(
     access: &Option<StreamAccess>,
     request: RenewRequest,
     held: &StreamLeases,
+    span: &Span,
 ) -> Result<RenewResponse> {
     let name = parse_name(&request.name)?;
+    telemetry::record_name(span, &name);
     let lease_id = parse_lease_id(&request.lease_id)?;
     let ttl = limits.renew_ttl(request.ttl_ms)?;
     // The tokens in force now, not those the stream opened with.

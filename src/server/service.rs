@@ -58,14 +58,6 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         }
     }
 
-    /// Who is calling, when access control is on (`None`: it is off, everyone may do anything).
-    pub(super) fn authenticate<T>(
-        &self,
-        request: &Request<T>,
-    ) -> crate::error::Result<Option<Principal>> {
-        authenticate(&self.auth, request)
-    }
-
     /// `principal`'s call follows `name` (a Watch, a waiting Acquire) until the guard is dropped,
     /// or `RESOURCE_EXHAUSTED` past the bounds on followed names.
     pub(super) fn follow(
@@ -95,6 +87,22 @@ pub(super) fn authenticate<T>(
     }
 }
 
+/// The span of an RPC of `service`, and who is calling ([`authenticate`]). The span continues
+/// the caller's trace only when the call is authenticated.
+pub(super) fn traced_call<T>(
+    auth: &Option<Arc<Authenticator>>,
+    service: &'static str,
+    method: &'static str,
+    request: &Request<T>,
+) -> (Span, crate::error::Result<Option<Principal>>) {
+    let span = rpc_span(service, method);
+    let principal = authenticate(auth, request);
+    if principal.is_ok() {
+        telemetry::continue_callers_trace(&span, request.metadata());
+    }
+    (span, principal)
+}
+
 /// Allows `operation` on `name` for `principal` (always, when access control is off).
 pub(super) fn authorize(
     principal: &Option<Principal>,
@@ -116,13 +124,11 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<AcquireRequest>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
-        let span = rpc_span(LEASE_SERVICE, "Acquire", request.metadata());
-        span.record("lease.name", request.get_ref().name.as_str());
+        let (span, principal) = traced_call(&self.auth, LEASE_SERVICE, "Acquire", &request);
         // Rejected before a stream existed (no token, bad input): recorded here; a stream records
         // itself when it ends.
         rejections_recorded("Acquire", &span, async {
-            let principal = self.authenticate(&request)?;
-            self.acquire_stream(principal, request.into_inner(), &span)
+            self.acquire_stream(principal?, request.into_inner(), &span)
                 .await
         })
         .await
@@ -132,10 +138,9 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<Streaming<RenewRequest>>,
     ) -> Result<Response<Self::RenewStream>, Status> {
-        let span = rpc_span(LEASE_SERVICE, "Renew", request.metadata());
+        let (span, principal) = traced_call(&self.auth, LEASE_SERVICE, "Renew", &request);
         rejections_recorded("Renew", &span, async {
-            let principal = self.authenticate(&request)?;
-            Ok(self.renew_stream(principal, request.into_inner(), &span))
+            Ok(self.renew_stream(principal?, request.into_inner(), &span))
         })
         .await
     }
@@ -144,15 +149,14 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<ReleaseRequest>,
     ) -> Result<Response<ReleaseResponse>, Status> {
-        let span = rpc_span(LEASE_SERVICE, "Release", request.metadata());
-        span.record("lease.name", request.get_ref().name.as_str());
+        let (span, principal) = traced_call(&self.auth, LEASE_SERVICE, "Release", &request);
         let outcome = |reply: &ReleaseResponse| match reply.released {
             true => "released",
             false => "not_released",
         };
-        recorded("Release", span, outcome, async {
-            let principal = self.authenticate(&request)?;
-            self.release_one(principal, request.into_inner()).await
+        recorded("Release", &span, outcome, async {
+            self.release_one(principal?, request.into_inner(), &span)
+                .await
         })
         .await
     }
@@ -161,15 +165,14 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<DescribeRequest>,
     ) -> Result<Response<DescribeResponse>, Status> {
-        let span = rpc_span(LEASE_SERVICE, "Describe", request.metadata());
-        span.record("lease.name", request.get_ref().name.as_str());
+        let (span, principal) = traced_call(&self.auth, LEASE_SERVICE, "Describe", &request);
         let outcome = |reply: &DescribeResponse| match reply.held {
             true => "held",
             false => "free",
         };
-        recorded("Describe", span, outcome, async {
-            let principal = self.authenticate(&request)?;
-            self.describe_one(principal, request.into_inner()).await
+        recorded("Describe", &span, outcome, async {
+            self.describe_one(principal?, request.into_inner(), &span)
+                .await
         })
         .await
     }
@@ -178,11 +181,9 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let span = rpc_span(LEASE_SERVICE, "Watch", request.metadata());
-        span.record("lease.name", request.get_ref().name.as_str());
+        let (span, principal) = traced_call(&self.auth, LEASE_SERVICE, "Watch", &request);
         rejections_recorded("Watch", &span, async {
-            let principal = self.authenticate(&request)?;
-            self.watch_stream(principal, request.into_inner(), &span)
+            self.watch_stream(principal?, request.into_inner(), &span)
         })
         .await
     }
@@ -191,17 +192,14 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
         &self,
         request: Request<CheckTokenRequest>,
     ) -> Result<Response<CheckTokenResponse>, Status> {
-        let span = rpc_span(LEASE_SERVICE, "CheckToken", request.metadata());
-        span.record("lease.name", request.get_ref().name.as_str());
-        let fencing_token = telemetry::integer(request.get_ref().fencing_token);
-        span.record("lease.fencing_token", fencing_token);
+        let (span, principal) = traced_call(&self.auth, LEASE_SERVICE, "CheckToken", &request);
         let outcome = |reply: &CheckTokenResponse| match reply.current {
             true => "current",
             false => "not_current",
         };
-        recorded("CheckToken", span, outcome, async {
-            let principal = self.authenticate(&request)?;
-            self.check_one(principal, request.into_inner()).await
+        recorded("CheckToken", &span, outcome, async {
+            self.check_one(principal?, request.into_inner(), &span)
+                .await
         })
         .await
     }
@@ -212,7 +210,7 @@ impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
 /// in the span.
 pub(super) async fn recorded<T>(
     rpc: &'static str,
-    span: Span,
+    span: &Span,
     outcome: impl FnOnce(&T) -> &'static str,
     handler: impl Future<Output = crate::error::Result<T>>,
 ) -> Result<Response<T>, Status> {
@@ -222,7 +220,7 @@ pub(super) async fn recorded<T>(
         .as_ref()
         .map_or_else(Status::code, |_| tonic::Code::Ok);
     rpc_metrics::record_rpc(rpc, code, started.elapsed());
-    telemetry::record_outcome(&span, result.as_ref().map(outcome).map_err(Status::code));
+    telemetry::record_outcome(span, result.as_ref().map(outcome).map_err(Status::code));
     result.map(Response::new)
 }
 
@@ -247,8 +245,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         request: ReleaseRequest,
+        span: &Span,
     ) -> crate::error::Result<ReleaseResponse> {
         let name = parse_name(&request.name)?;
+        telemetry::record_name(span, &name);
         authorize(&principal, Operation::Release, &name)?;
         let lease_id = parse_lease_id(&request.lease_id)?;
         let released = self
@@ -266,10 +266,13 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         request: CheckTokenRequest,
+        span: &Span,
     ) -> crate::error::Result<CheckTokenResponse> {
         let name = parse_name(&request.name)?;
+        telemetry::record_name(span, &name);
         authorize(&principal, Operation::Check, &name)?;
         let token = parse_fencing_token(request.fencing_token)?;
+        span.record("lease.fencing_token", telemetry::integer(token));
         let description = self.store.describe(&name).await?;
         let check = check_token(&description, token);
         tracing::debug!(rpc = "CheckToken", %name, fencing_token = token, current = check.current);
@@ -280,8 +283,10 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         &self,
         principal: Option<Principal>,
         request: DescribeRequest,
+        span: &Span,
     ) -> crate::error::Result<DescribeResponse> {
         let name = parse_name(&request.name)?;
+        telemetry::record_name(span, &name);
         authorize(&principal, Operation::Describe, &name)?;
         let description = self.store.describe(&name).await?;
         tracing::debug!(rpc = "Describe", %name, held = description.holders.len());

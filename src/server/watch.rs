@@ -22,6 +22,7 @@ use crate::{
     },
     metrics::metrics,
     proto::{self, WatchRequest, watch_event::Cause},
+    telemetry,
 };
 
 /// Events waiting for a slow reader of one stream; past them the watch itself buffers (bounded)
@@ -36,6 +37,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         span: &Span,
     ) -> Result<Response<ResponseStream<proto::WatchEvent>>> {
         let name = parse_name(&request.name)?;
+        telemetry::record_name(span, &name);
         authorize(&principal, Operation::Watch, &name)?;
         let following = self.follow(&principal, &name)?;
         let mut access = self.stream_access(principal);

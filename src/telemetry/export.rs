@@ -58,7 +58,13 @@ impl TraceExport {
     /// at the first export, so an absent collector does not stop the server. Must run inside
     /// the tokio runtime.
     pub fn start(endpoint: &str) -> Result<Self, StartupError> {
-        let channel = collector_endpoint(endpoint)?.connect_lazy();
+        // The exporter's own timeout only bounds its retries: `with_channel` leaves the bound
+        // on each attempt to the channel. Without one, a collector that accepts the connection
+        // and never answers held the first export (and every span behind it) for minutes.
+        let channel = collector_endpoint(endpoint)?
+            .connect_timeout(EXPORT_TIMEOUT)
+            .timeout(EXPORT_TIMEOUT)
+            .connect_lazy();
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_channel(channel)
@@ -218,16 +224,23 @@ async fn export_batches(
     let _ = exporter.shutdown();
 }
 
-/// Sends `batch` (emptied); a failure is logged at most once per 10 s, and the batch is lost.
+/// Sends `batch` (emptied), for at most `EXPORT_TIMEOUT`; a failure is logged at most once per
+/// 10 s, and the batch is lost.
 async fn export(exporter: &opentelemetry_otlp::SpanExporter, batch: &mut Vec<SpanData>) {
     if batch.is_empty() {
         return;
     }
     let spans = batch.len();
     let sending = std::mem::replace(batch, Vec::with_capacity(BATCH_SPANS));
-    if let Err(error) = exporter.export(sending).await
-        && let Some(suppressed) = EXPORT_FAILED.admit()
-    {
+    // The channel bounds each attempt, but the exporter retries a failed one while its budget
+    // lasts, and a retry started late in it runs its full attempt: this is the per-export bound
+    // that the tracing page promises.
+    let error = match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(sending)).await {
+        Ok(Ok(())) => return,
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("no answer within {EXPORT_TIMEOUT:?}"),
+    };
+    if let Some(suppressed) = EXPORT_FAILED.admit() {
         tracing::warn!(%error, spans, suppressed, "trace export to the OTLP collector failed");
     }
 }

@@ -31,16 +31,12 @@ pub const SPAN_TARGET: &str = "leased::traces";
 pub(crate) const LEASE_SERVICE: &str = "lease.v1.LeaseService";
 pub(crate) const ADMIN_SERVICE: &str = "lease.v1.LeaseAdminService";
 
-/// The span of one RPC, a child of the caller's span when the request's metadata carries a W3C
-/// `traceparent`. Its fields are recorded as the call learns them (`lease.name` and the
-/// request's other fields first, the outcome last); it ends when dropped, so a stream's span
+/// The span of one RPC. Its fields are recorded as the call learns them: the request's
+/// (`lease.name`...) once it is authenticated and they are valid, so that no caller can write
+/// what it likes into the traces, and the outcome last. It ends when dropped, so a stream's span
 /// lasts as long as the stream.
-pub(crate) fn rpc_span(
-    service: &'static str,
-    method: &'static str,
-    metadata: &MetadataMap,
-) -> Span {
-    let span = tracing::info_span!(
+pub(crate) fn rpc_span(service: &'static str, method: &'static str) -> Span {
+    tracing::info_span!(
         target: SPAN_TARGET,
         "rpc",
         otel.name = format_args!("{service}/{method}"),
@@ -61,21 +57,32 @@ pub(crate) fn rpc_span(
         lease.max_wait_ms = Empty,
         lease.waited_ms = Empty,
         lease.count = Empty,
-    );
+    )
+}
+
+/// Makes an RPC's `span` a child of the caller's span when the request's metadata carries a W3C
+/// `traceparent`: for authenticated calls only (every call when access control is off), so that
+/// an unknown caller cannot place the server's spans in a trace of its choosing. Before `span`
+/// is first entered.
+pub(crate) fn continue_callers_trace(span: &Span, metadata: &MetadataMap) {
     if !span.is_disabled() {
-        parent::continue_callers_trace(&span, metadata);
+        parent::continue_callers_trace(span, metadata);
     }
-    span
+}
+
+/// Records the lease name of a request, once validated.
+pub(crate) fn record_name(span: &Span, name: &LeaseName) {
+    span.record("lease.name", name.as_str());
 }
 
 /// The span of one renewal on a Renew stream (a child of the stream's span): a stream renews
-/// any number of leases, each renewal with its own name and outcome.
-pub(crate) fn renewal_span(name: &str) -> Span {
+/// any number of leases, each renewal with its own name (recorded once valid) and outcome.
+pub(crate) fn renewal_span() -> Span {
     tracing::info_span!(
         target: SPAN_TARGET,
         "renewal",
         otel.name = "renewal",
-        lease.name = name,
+        lease.name = Empty,
         lease.outcome = Empty,
         lease.fencing_token = Empty,
         rpc.grpc.status_code = Empty,

@@ -105,16 +105,21 @@ pub struct OtlpReceiver {
 impl OtlpReceiver {
     /// A receiver that keeps every request.
     pub async fn start() -> Self {
-        Self::serve(true).await
+        Self::serve(([127, 0, 0, 1], 0).into(), true).await
+    }
+
+    /// A receiver that keeps every request, on `address`: a collector back where it was.
+    pub async fn start_at(address: SocketAddr) -> Self {
+        Self::serve(address, true).await
     }
 
     /// A receiver that accepts every request and keeps only the count of its spans.
     pub async fn start_discarding() -> Self {
-        Self::serve(false).await
+        Self::serve(([127, 0, 0, 1], 0).into(), false).await
     }
 
-    async fn serve(keep: bool) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
+    async fn serve(address: SocketAddr, keep: bool) -> Self {
+        let listener = TcpListener::bind(address)
             .await
             .expect("cannot bind the OTLP receiver");
         let address = listener.local_addr().unwrap();

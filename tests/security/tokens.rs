@@ -9,8 +9,8 @@ use std::{
 
 use crate::common::*;
 use crate::{
-    NEW_TOKEN, PAYMENTS_TOKEN, READER_TOKEN, TokenEntry, acquire_request, acquire_with,
-    tokens_file, with_token, write_tokens,
+    BASE_TOKENS, NEW_TOKEN, PAYMENTS_TOKEN, READER_TOKEN, TokenEntry, acquire_request,
+    acquire_with, tokens_file, with_token, write_tokens,
 };
 use leased::{
     config::ServeConfig,
@@ -374,6 +374,54 @@ async fn watch_with_token(
         .into_inner();
     events.next().await.unwrap().unwrap();
     events
+}
+
+/// A token pasted where it does not belong (into `operations`) refuses the tokens file at the
+/// start and on a SIGHUP reload with the line and the field, never the token; the reload keeps
+/// the tokens in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_file_errors_name_the_line_and_field_never_the_value() {
+    const PASTED: &str = "SuperSecretToken-9f8e7d6c5b4a3210";
+    let tokens = tokens_file();
+    let misplaced = format!(
+        "{{ \"tokens\": [\n  {{ \"client\": \"payments\", \"token\": \"{PAYMENTS_TOKEN}\",\n    \
+         \"prefixes\": [\"payments/\"], \"operations\": [\"acquire\", \"{PASTED}\"] }} ] }}"
+    );
+    let refused = |log: &str| {
+        assert!(
+            log.contains("`operations` must be a list of: acquire, renew")
+                && log.contains("line 3"),
+            "{log}"
+        );
+        assert!(!log.contains(PASTED), "{log}");
+    };
+
+    std::fs::write(&tokens, &misplaced).unwrap();
+    let (status, stderr) = LeasedProcess::serve()
+        .args(["--auth-tokens".to_owned(), tokens.display().to_string()])
+        .run_to_exit(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    refused(&stderr);
+
+    write_tokens(&tokens, &BASE_TOKENS);
+    let log = tokens.with_extension("log");
+    let server = LeasedProcess::serve()
+        .args(["--auth-tokens".to_owned(), tokens.display().to_string()])
+        .log(Log::File(log.clone()))
+        .start()
+        .await;
+    std::fs::write(&tokens, &misplaced).unwrap();
+    server.signal(libc::SIGHUP);
+    let reload_failed =
+        crate::common::harness::poll_until("the reload to fail", Duration::from_secs(10), || {
+            std::fs::read_to_string(&log).is_ok_and(|log| log.contains("not reloaded"))
+        });
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    reload_failed.unwrap_or_else(|error| panic!("{error}: {text}"));
+    refused(&text);
+    let mut client = server.client().await;
+    acquire_with(&mut client, "payments/after-refused-reload", PAYMENTS_TOKEN).await;
 }
 
 /// `leased serve` refuses a non-loopback address without access control, before binding it.

@@ -39,15 +39,16 @@
 // Contention is never an error: a busy lease answers `not_granted`.
 //
 // Limits: `name` is 1 to 256 bytes of `A-Z a-z 0-9 . _ - : / @`; `holder` at most 256 bytes,
-// without control characters (Unicode Cc) or bidirectional formatting characters (see
-// AcquireRequest.holder); `ttl_ms` from 10 to the server's --max-ttl (default 24 h), on Renew
+// without control characters (Unicode Cc), bidirectional formatting characters, or characters
+// that show as nothing or a blank (see AcquireRequest.holder); `ttl_ms` from 10 to the server's --max-ttl (default 24 h), on Renew
 // also 0 (keep the granted TTL); `wait_ms` from 0 to --max-wait (default 10 min); `limit` from 0
 // to --max-limit (default 10,000); `lock_delay_ms` from 0 to 60,000; Acquire's own `lease_id`
 // empty or 22 to 128 characters of `A-Z a-z 0-9 _ -`, Renew's and Release's non-empty and at most
 // 128 bytes; `fencing_token` of CheckToken non-zero; List's `prefix` 0 to 256 bytes of the name
 // alphabet, `page_size` at most 1000; Revoke's `reason` 1 to 256 bytes, as `holder`.
 // Text the server shows to others (`holder`, in Waiting, NotGranted and Describe) cannot carry
-// characters that a terminal acts on instead of showing (escape sequences, reordering); `name` is
+// characters that a terminal acts on instead of showing (escape sequences, reordering), nor ones
+// that make two holders read the same (zero-width and other invisible characters); `name` is
 // limited by its alphabet, and `lease_id` is never echoed or logged. A holder stored before this
 // rule, or written into Redis by something else, comes back as stored: display holders escaped.
 
@@ -147,8 +148,14 @@ type AcquireRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Who is asking, for humans and for `Describe` (e.g. "host-a/pid-42"): at most 256 bytes of
 	// UTF-8 text without control characters (Unicode Cc: C0 such as NUL, ESC, newline and tab; DEL;
-	// C1) or bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066
-	// to U+2069); INVALID_ARGUMENT names the first such character and its byte offset. Optional.
+	// C1), bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066
+	// to U+2069), or characters that show as nothing or a blank: the other format characters
+	// (Unicode Cf: U+00AD, U+0600 to U+0605, U+06DD, U+070F, U+0890, U+0891, U+08E2, U+180E,
+	// U+200B to U+200D, U+2060 to U+2064, U+206A to U+206F, U+FEFF, U+FFF9 to U+FFFB, U+110BD,
+	// U+110CD, U+13430 to U+1343F, U+1BCA0 to U+1BCA3, U+1D173 to U+1D17A, and the tag block
+	// U+E0000 to U+E007F), the separators U+2028 and U+2029, U+034F and the Hangul fillers U+115F,
+	// U+1160, U+3164 and U+FFA0; INVALID_ARGUMENT names the first such character and its byte
+	// offset. Optional.
 	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
 	// How long the lease lasts without a renewal, in milliseconds: 10 to the server's maximum.
 	TtlMs int64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
