@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use super::{Owned, free_port, poll_until, proc, spawn};
+use super::{Owned, free_port, poll_until, proc, spawn, wait_until};
 
 /// How long a reply may take: a ceiling for a broken server, not a test margin.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -159,6 +159,22 @@ impl RedisServer {
     /// node's settings).
     pub fn start_with(port: u16, extra_args: &[&str]) -> Self {
         Self::try_start_with(port, extra_args).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// A replica of `master` on a fresh port, returned once its first sync is done
+    /// (`master_link_status:up`): `WAIT` counts it only then.
+    pub fn start_replica_of(master: &RedisServer) -> Self {
+        let replica = Self::start_with(
+            free_port(),
+            &["--replicaof", "127.0.0.1", &master.port.to_string()],
+        );
+        wait_until("the replica to sync", Duration::from_secs(20), || {
+            replica
+                .info_field("replication", "master_link_status")
+                .as_deref()
+                == Some("up")
+        });
+        replica
     }
 
     /// [`RedisServer::start_with`] that answers an error instead.

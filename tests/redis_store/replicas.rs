@@ -16,16 +16,7 @@ const WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 /// A master, and a replica of it that has finished its first sync (`WAIT` counts it only then).
 fn master_and_replica() -> (RedisServer, RedisServer) {
     let master = RedisServer::start();
-    let replica = RedisServer::start_with(
-        free_port(),
-        &["--replicaof", "127.0.0.1", &master.port.to_string()],
-    );
-    wait_until("the replica to sync", Duration::from_secs(20), || {
-        replica
-            .info_field("replication", "master_link_status")
-            .as_deref()
-            == Some("up")
-    });
+    let replica = RedisServer::start_replica_of(&master);
     (master, replica)
 }
 

@@ -10,6 +10,12 @@
 //!   first `lost`, and its expiry, which is the *send* time of the Acquire (or of the last renewal
 //!   answered before that expiry) plus the TTL. Each view is cut short by [`CLOCK_SLACK`]; no
 //!   point in time may lie in more than `limit` such views of one name.
+//! - **Own lease ids** ([`OwnIdCuts`]). A grant answered to a retry of the caller's own lease id
+//!   may have been made by any earlier attempt whose answer was lost: it counts from the first
+//!   attempt's send (its expiry, and the grants it must come after), and its view begins only
+//!   when `granted` arrived (a cut or `UNAVAILABLE` attempt leaves it possibly held, not held).
+//!   A holder told `lost` because another holder held the name while its own view ran is a
+//!   violation too (outside data-loss windows): only a grant undone behind its back says that.
 //! - **Tokens.** If a grant was received before another grant of the same name was requested,
 //!   its token is smaller (whichever permit of a counting lease). Tokens of one name are unique.
 //! - **Fencing** (exclusive names). The resource accepts a write only with a token at least as
@@ -119,6 +125,22 @@ pub struct Workload {
     /// answered within it (the median failure within [`STALL_MEDIAN_MARGIN`] of it, every call
     /// within [`STALL_CAP_MARGIN`]), `UNAVAILABLE` if they failed.
     pub redis_timeout: Duration,
+    /// The clients of the exclusive names acquire with lease ids of their own, and cut some of
+    /// their Acquires short and retry them ([`OwnIdCuts`]); `None`: the server makes the ids.
+    pub own_id_cuts: Option<OwnIdCuts>,
+}
+
+/// Acquires with the caller's own lease id (32 hex digits from the OS, as a real client makes
+/// it): `percent` % of the attempts are cut by the client after a time drawn from `after_ms`
+/// (the call dropped, as a client deadline does), and the client then retries with the same id
+/// through a replica drawn at random, until it is answered `granted` or refused outright. A grant
+/// answered to a retry may have been made by any earlier attempt (its answer lost): its holder
+/// counts its TTL from the first attempt's send, and the checker counts the grant from then
+/// ([`Event::Granted`]'s `first_sent`).
+#[derive(Clone, Copy, Debug)]
+pub struct OwnIdCuts {
+    pub percent: u64,
+    pub after_ms: (u64, u64),
 }
 
 /// Counting leases: `clients` more clients contend for `names` more names, each a counting lease
@@ -194,8 +216,8 @@ impl Workload {
     }
 }
 
-/// A small deterministic PRNG (SplitMix64), one per client.
-struct Rng(u64);
+/// A small deterministic PRNG (SplitMix64), one per client (and one per fault schedule).
+pub struct Rng(pub u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -207,7 +229,7 @@ impl Rng {
     }
 
     /// Uniform in `low..=high`.
-    fn range(&mut self, low: u64, high: u64) -> u64 {
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
         low + self.next() % (high - low + 1)
     }
 
@@ -228,8 +250,15 @@ pub enum Event {
         name: usize,
         token: u64,
         ttl: Duration,
+        /// When the call answered `granted` was sent, and when that answer arrived.
         sent: Duration,
         received: Duration,
+        /// When the first attempt with this grant's lease id was sent: `sent`, unless the grant
+        /// was answered to a retry of the caller's own lease id ([`OwnIdCuts`]). Any attempt
+        /// since may have made it, so it is counted from here: its TTL (the holder's view ends at
+        /// the latest `first_sent + ttl` unless renewed), and the tokens and the queue places
+        /// that must be below or behind it.
+        first_sent: Duration,
         /// A shared grant (of a read-write name).
         shared: bool,
         /// The call was answered `waiting` before its grant (it stood in the queue; it also has
@@ -247,6 +276,9 @@ pub enum Event {
     Lost {
         lease: usize,
         received: Duration,
+        /// The reason given was "held by another holder": while the holder's view ran, only a
+        /// grant undone behind its back (or lost data) can say that.
+        by_another: bool,
     },
     ReleaseCalled {
         lease: usize,
@@ -281,6 +313,18 @@ pub enum Event {
         /// An Acquire answered `waiting` before it failed: its first answer is its
         /// [`Event::Waited`]'s `queued`.
         after_waiting: bool,
+    },
+    /// An Acquire of the client's own lease id, its only call with that id still running, refused
+    /// `FAILED_PRECONDITION` because "a newer Acquire with this lease id took this call's place
+    /// in line". With no other call of that id running, what took it can only be an earlier
+    /// attempt that the client had cut, whose command reached Redis after the retry's (a
+    /// command sent on a connection where a `WAIT` for the stopped replica blocks runs only
+    /// after it) and took back the place that the retry had taken from it. Counted apart, not a
+    /// violation: the id is not ended and the client retries; the grant checks are unaffected.
+    Superseded {
+        replica: usize,
+        sent: Duration,
+        ended: Duration,
     },
     /// Another call that was answered (the test's probes of a stalled replica).
     Answered {

@@ -18,8 +18,9 @@
 //!
 //! One module per topic: `standalone` (faults on one Redis), `failover` (Sentinel failovers and
 //! the caveat after one), `cluster_failover` (a Redis Cluster master killed and failed over, with
-//! and without `--redis-wait-replicas`), `seeded` (the checker flags seeded violations); what they
-//! share is below.
+//! and without `--redis-wait-replicas`), `replica_stalls` (a Redis replica stopped again and again
+//! under `--redis-wait-replicas 1` while clients cut and retry Acquires of their own lease ids:
+//! issue 51), `seeded` (the checker flags seeded violations); what they share is below.
 
 mod checker;
 #[path = "../common/mod.rs"]
@@ -27,6 +28,7 @@ mod common;
 
 mod cluster_failover;
 mod failover;
+mod replica_stalls;
 mod seeded;
 mod standalone;
 
@@ -99,6 +101,7 @@ fn ci_workload() -> Workload {
         gc_pauses: true,
         seed: seed(),
         redis_timeout: REDIS_TIMEOUT,
+        own_id_cuts: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn checker_flags_seeded_violations() {
         ttl: ms(500),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared: false,
         waited: false,
     };
@@ -155,6 +156,7 @@ fn checker_flags_seeded_pause_token_and_failure_violations() {
         ttl: ms(300),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared: false,
         waited: false,
     };
@@ -344,6 +346,7 @@ fn checker_flags_seeded_overtakes() {
         ttl: ms(500),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared: false,
         waited: false,
     };
@@ -477,6 +480,7 @@ fn checker_flags_seeded_counting_violations() {
         ttl: ms(500),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared: false,
         waited: false,
     };
@@ -570,6 +574,7 @@ fn checker_flags_seeded_counting_overtakes() {
         ttl: ms(2_000),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared: false,
         waited: false,
     };
@@ -661,6 +666,7 @@ fn checker_flags_seeded_mode_overlaps() {
         ttl: ms(2_000),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared,
         waited: false,
     };
@@ -786,6 +792,7 @@ fn checker_flags_seeded_mode_overtakes() {
         ttl: ms(2_000),
         sent: ms(sent),
         received: ms(received),
+        first_sent: ms(sent),
         shared,
         waited,
     };
@@ -950,4 +957,84 @@ fn checker_flags_seeded_mode_overtakes() {
         assert!(report.violations.is_empty(), "{:#?}", report.violations);
         assert_eq!(report.fifo_pairs_checked, 1);
     }
+}
+
+/// Own lease ids: a grant answered to a retry counts from its first attempt (its TTL and the
+/// tokens before it), a holder told `lost` to another holder while its view ran is flagged, and
+/// the same `lost` after its view ended is not.
+#[test]
+fn checker_counts_retried_own_id_grants_from_the_first_attempt() {
+    use crate::checker::Event;
+    let ms = Duration::from_millis;
+    let workload = Workload {
+        clients: 0,
+        names: 1,
+        gc_pauses: false,
+        ..ci_workload()
+    };
+    // Lease 0: first attempt sent at 0 (cut), retry sent at 300 and answered at 400; TTL 500.
+    let granted = |lease, token, first_sent, sent, received| Event::Granted {
+        lease,
+        client: 0,
+        replica: 0,
+        name: 0,
+        token,
+        ttl: ms(500),
+        sent: ms(sent),
+        received: ms(received),
+        first_sent: ms(first_sent),
+        shared: false,
+        waited: false,
+    };
+    let lost = |lease, received| Event::Lost {
+        lease,
+        received: ms(received),
+        by_another: true,
+    };
+    let release = |lease, at| Event::ReleaseCalled { lease, at: ms(at) };
+    let checker = Checker::new(workload.clone(), "retried");
+    // Lease 1 begins at 520, after lease 0's view (400..500) but before 300 + 500: no overlap.
+    // Its token is below lease 2's, received before lease 2's first attempt (600).
+    for event in [
+        granted(0, 100, 0, 300, 400),
+        granted(1, 101, 510, 510, 520),
+        lost(0, 530),
+        release(1, 580),
+        granted(2, 102, 600, 900, 950),
+    ] {
+        checker.record(event);
+    }
+    let report = checker.verify();
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert_eq!(report.retried_grants, 2);
+
+    let broken = Checker::new(workload, "lost-to-another");
+    // Lease 2's first attempt came after lease 1 was received, yet its token is smaller; lease 0
+    // is told another holds the name while its view runs.
+    for event in [
+        granted(0, 100, 0, 300, 400),
+        lost(0, 450),
+        granted(1, 101, 510, 510, 520),
+        release(1, 580),
+        granted(2, 99, 600, 900, 950),
+    ] {
+        broken.record(event);
+    }
+    let report = broken.verify();
+    let found = |what: &str| {
+        report
+            .violations
+            .iter()
+            .filter(|violation| violation.contains(what))
+            .count()
+    };
+    assert_eq!(
+        found("held by another holder"),
+        1,
+        "{:#?}",
+        report.violations
+    );
+    assert_eq!(found("backwards"), 1, "{:#?}", report.violations);
+    assert_eq!(report.violations.len(), 2, "{:#?}", report.violations);
+    assert_eq!(report.lost_to_another_in_view, 1);
 }

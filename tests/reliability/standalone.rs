@@ -511,7 +511,9 @@ fn assert_clients_moved_on(checker: &Checker, kill: &ReplicaKill) -> MovedOn {
             } if held.contains(&lease) && replica != kill.replica && received > kill.at => {
                 renewed_elsewhere.insert(lease);
             }
-            Event::Lost { lease, received } if held.contains(&lease) && received > kill.at => {
+            Event::Lost {
+                lease, received, ..
+            } if held.contains(&lease) && received > kill.at => {
                 lost.insert(lease);
             }
             _ => {}

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use super::{CLOCK_SLACK, Checker, Event, Rng, WaitOutcome};
+use super::{CLOCK_SLACK, Checker, Event, OwnIdCuts, Rng, WaitOutcome};
 use leased::proto::{
     AcquireRequest, ReleaseRequest, RenewRequest, RenewResponse, acquire_response,
     lease_service_client::LeaseServiceClient, renew_response,
@@ -69,6 +69,8 @@ struct Held {
     ttl: Duration,
     /// The holder's view of its expiry (checker clock).
     expiry: Duration,
+    /// The lease id is the client's own ([`OwnIdCuts`]).
+    own_id: bool,
 }
 
 /// One Renew stream.
@@ -113,7 +115,13 @@ pub async fn run_client(checker: Arc<Checker>, index: usize, endpoints: Vec<Stri
             wait,
             shared,
         };
-        let Some(held) = acquire(&checker, &mut client, &holder, call).await else {
+        let held = match checker.workload.own_id_cuts {
+            Some(cuts) if name < checker.workload.names => {
+                acquire_own_id(&checker, &mut client, &holder, call, (&mut rng, cuts)).await
+            }
+            _ => acquire(&checker, &mut client, &holder, call).await,
+        };
+        let Some(held) = held else {
             continue;
         };
         let hold_for = Duration::from_millis(rng.range(1, checker.workload.max_hold_ms));
@@ -132,8 +140,111 @@ struct Call {
     shared: bool,
 }
 
-/// One Acquire; `Some` when granted, recorded with its send and receive times.
+/// One Acquire with a lease id of the server's; `Some` when granted. A failed call moves the
+/// client to the next replica.
 async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Call) -> Option<Held> {
+    match attempt(checker, client, holder, call, None).await {
+        Attempt::Granted(held) => Some(held),
+        Attempt::NotGranted | Attempt::Cut | Attempt::Superseded => None,
+        Attempt::Failed(_) => {
+            client.next_replica();
+            // UNAVAILABLE is allowed under faults: back off a little and retry.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
+}
+
+/// How long a chain of own-id attempts may go on before the client gives up on it.
+const OWN_ID_PATIENCE: Duration = Duration::from_secs(20);
+
+/// An Acquire with the caller's own lease id, retried until answered `granted` or refused
+/// outright ([`OwnIdCuts`]): every attempt may be cut, and every retry goes to a replica drawn
+/// at random. `UNAVAILABLE` leaves the grant possibly held (a grant that the replicas did not
+/// confirm in time stays held once another call was answered it): the client retries. A client
+/// that gives up after a cut or failed attempt releases the id, since an attempt it stopped
+/// waiting for may still have made a grant.
+async fn acquire_own_id(
+    checker: &Checker,
+    client: &mut Client,
+    holder: &str,
+    call: Call,
+    (rng, cuts): (&mut Rng, OwnIdCuts),
+) -> Option<Held> {
+    let lease_id = leased::lease::LeaseId::generate().expose().to_owned();
+    let first_sent = checker.now();
+    let (mut uncertain, mut retried) = (false, false);
+    loop {
+        let cut_after = rng
+            .percent(cuts.percent)
+            .then(|| Duration::from_millis(rng.range(cuts.after_ms.0, cuts.after_ms.1)));
+        let own = OwnId {
+            lease_id: &lease_id,
+            first_sent: retried.then_some(first_sent),
+            cut_after,
+        };
+        retried = true;
+        match attempt(checker, client, holder, call, Some(own)).await {
+            Attempt::Granted(held) => return Some(held),
+            // The id held nothing when the attempt ran: a clear refusal.
+            Attempt::NotGranted => break,
+            Attempt::Failed(code) if code != Code::Unavailable => {
+                uncertain = true;
+                break;
+            }
+            Attempt::Failed(_) | Attempt::Cut | Attempt::Superseded => uncertain = true,
+        }
+        if checker.now() > first_sent + OWN_ID_PATIENCE {
+            break;
+        }
+        client.current = rng.range(0, client.replicas.len() as u64 - 1) as usize;
+        tokio::time::sleep(Duration::from_millis(rng.range(10, 100))).await;
+    }
+    if uncertain {
+        // Ends whatever an attempt the client stopped waiting for may have made.
+        for _ in 0..10 {
+            if send_release(checker, client, call.name, &lease_id).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    None
+}
+
+/// An attempt made with the caller's own lease id.
+#[derive(Clone, Copy)]
+struct OwnId<'a> {
+    lease_id: &'a str,
+    /// When the first attempt with this id was sent; `None` for the first attempt itself.
+    first_sent: Option<Duration>,
+    /// The client cuts the call this long after sending it.
+    cut_after: Option<Duration>,
+}
+
+/// How one Acquire attempt ended (each recorded).
+enum Attempt {
+    Granted(Held),
+    NotGranted,
+    Failed(Code),
+    /// The client cut the call at its own deadline: recorded as given up.
+    Cut,
+    /// Refused as [`Event::Superseded`]: the id is not ended, and the client retries.
+    Superseded,
+}
+
+/// What the server answers a waiting call whose place in line a retry with its own lease id
+/// took.
+const SUPERSEDED: &str = "a newer Acquire with this lease id took this call's place in line";
+
+/// One Acquire attempt, recorded with its send and receive times.
+async fn attempt(
+    checker: &Checker,
+    client: &mut Client,
+    holder: &str,
+    call: Call,
+    own: Option<OwnId<'_>>,
+) -> Attempt {
     let Call {
         name,
         ttl,
@@ -148,6 +259,7 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
         wait_ms: wait.as_millis() as i64,
         limit: checker.workload.limit_of(name),
         shared,
+        lease_id: own.map_or_else(String::new, |own| own.lease_id.to_owned()),
         ..Default::default()
     });
     request.set_timeout(wait + Duration::from_secs(5));
@@ -184,7 +296,13 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
             "Acquire stream ended without a terminal message",
         ))
     };
-    let outcome = tokio::time::timeout(wait + Duration::from_secs(6), call)
+    let patience = wait + Duration::from_secs(6);
+    let cut_after = own
+        .and_then(|own| own.cut_after)
+        .filter(|cut| *cut < patience);
+    // A cut is the client's own deadline: the call is dropped, whatever the server did with it.
+    let cut = cut_after.is_some();
+    let outcome = tokio::time::timeout(cut_after.unwrap_or(patience), call)
         .await
         .unwrap_or_else(|_| Err(Status::deadline_exceeded("client-side timeout")));
     if let Some((queued, position)) = queued {
@@ -211,6 +329,7 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
     match outcome {
         Ok(Some((granted, received))) => {
             let lease = checker.next_lease.fetch_add(1, Ordering::SeqCst);
+            let first_sent = own.and_then(|own| own.first_sent).unwrap_or(sent);
             checker.record(Event::Granted {
                 lease,
                 client: client.index,
@@ -220,34 +339,51 @@ async fn acquire(checker: &Checker, client: &mut Client, holder: &str, call: Cal
                 ttl,
                 sent,
                 received,
+                first_sent,
                 shared,
                 waited: queued.is_some(),
             });
-            Some(Held {
+            // The grant may have been made as early as the first attempt: so may its TTL have
+            // begun.
+            Attempt::Granted(Held {
                 lease,
                 name,
                 shared,
                 lease_id: granted.lease_id,
                 token: granted.fencing_token,
                 ttl,
-                expiry: sent + ttl,
+                expiry: first_sent + ttl,
+                own_id: own.is_some(),
             })
         }
-        Ok(None) => None,
+        Ok(None) => Attempt::NotGranted,
         Err(status) => {
+            // Only the timeout can end a cut call with an error it did not answer.
+            let gave_up = cut && status.message() == "client-side timeout";
+            if own.is_some()
+                && status.code() == Code::FailedPrecondition
+                && status.message().contains(SUPERSEDED)
+            {
+                checker.record(Event::Superseded {
+                    replica: client.current,
+                    sent,
+                    ended: checker.now(),
+                });
+                return Attempt::Superseded;
+            }
             checker.record(Event::Failed {
                 rpc: "Acquire",
                 code: status.code(),
                 replica: client.current,
                 sent,
                 ended: checker.now(),
-                gave_up: false,
+                gave_up,
                 after_waiting: queued.is_some(),
             });
-            client.next_replica();
-            // UNAVAILABLE is allowed under faults: back off a little and retry.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            None
+            match gave_up {
+                true => Attempt::Cut,
+                false => Attempt::Failed(status.code()),
+            }
         }
     }
 }
@@ -303,6 +439,12 @@ async fn hold(
             RenewResult::Failed => {
                 renewals = None;
                 client.next_replica();
+                if held.own_id && acquire_again(checker, client, &held).await {
+                    // Its grant is gone; the one it was answered ends too.
+                    send_release(checker, client, held.name, &held.lease_id).await;
+                    lost = true;
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -315,24 +457,87 @@ async fn hold(
         lease: held.lease,
         at: checker.now(),
     });
+    send_release(checker, client, held.name, &held.lease_id).await;
+}
+
+/// One Release of `lease_id`'s grant of `name`; whether it was answered. A failure is recorded
+/// and moves the client to the next replica.
+async fn send_release(checker: &Checker, client: &mut Client, name: usize, lease_id: &str) -> bool {
     let mut request = tonic::Request::new(ReleaseRequest {
-        name: checker.names[held.name].clone(),
-        lease_id: held.lease_id.clone(),
+        name: checker.names[name].clone(),
+        lease_id: lease_id.to_owned(),
     });
     request.set_timeout(Duration::from_secs(3));
     let sent = checker.now();
-    if let Err(status) = client.grpc().release(request).await {
-        checker.record(Event::Failed {
-            rpc: "Release",
+    let Err(status) = client.grpc().release(request).await else {
+        return true;
+    };
+    checker.record(Event::Failed {
+        rpc: "Release",
+        code: status.code(),
+        replica: client.current,
+        sent,
+        ended: checker.now(),
+        gave_up: false,
+        after_waiting: false,
+    });
+    client.next_replica();
+    false
+}
+
+/// A holder of its own lease id whose renewal failed asks for its grant again with an Acquire of
+/// that id (which answers the grant it holds, unchanged: its view does not move). During a
+/// replica stop the answer is `UNAVAILABLE`, and that must not undo the grant (issue 51: it did,
+/// and another caller was granted the name while this holder still held it). Recorded as an
+/// `Acquire again` call. Answers whether it was granted another grant (its own had ended): then
+/// the holder has learnt that it lost the name, and the loss is recorded.
+async fn acquire_again(checker: &Checker, client: &mut Client, held: &Held) -> bool {
+    let mut request = tonic::Request::new(AcquireRequest {
+        name: checker.names[held.name].clone(),
+        holder: format!("client-{}", client.index),
+        ttl_ms: held.ttl.as_millis() as i64,
+        lease_id: held.lease_id.clone(),
+        ..Default::default()
+    });
+    request.set_timeout(Duration::from_secs(3));
+    let replica = client.current;
+    let sent = checker.now();
+    let answer = async {
+        let mut stream = client.grpc().acquire(request).await?.into_inner();
+        stream.next().await.transpose()
+    };
+    match answer.await {
+        Ok(Some(answer)) => {
+            let received = checker.now();
+            checker.record(Event::Answered {
+                rpc: "Acquire again",
+                replica,
+                sent,
+                received,
+            });
+            if let Some(acquire_response::Result::Granted(granted)) = answer.result
+                && granted.fencing_token != held.token
+            {
+                checker.record(Event::Lost {
+                    lease: held.lease,
+                    received,
+                    by_another: false,
+                });
+                return true;
+            }
+        }
+        Ok(None) => {}
+        Err(status) => checker.record(Event::Failed {
+            rpc: "Acquire again",
             code: status.code(),
-            replica: client.current,
+            replica,
             sent,
             ended: checker.now(),
             gave_up: false,
             after_waiting: false,
-        });
-        client.next_replica();
+        }),
     }
+    false
 }
 
 enum RenewResult {
@@ -401,10 +606,11 @@ async fn renew(
                 });
                 RenewResult::Renewed { sent, received }
             }
-            Some(renew_response::Result::Lost(_)) => {
+            Some(renew_response::Result::Lost(lost)) => {
                 checker.record(Event::Lost {
                     lease: held.lease,
                     received,
+                    by_another: lost.reason == "held by another holder",
                 });
                 RenewResult::Lost
             }

@@ -147,7 +147,19 @@ pub struct Report {
     /// GC pauses whose name was granted again after the paused lease expired: each next token
     /// checked to be above the paused one.
     pub takeovers_checked: usize,
+    /// Views that overlapped more holders than the name allows (each also a violation), and
+    /// those inside data-loss windows (allowed).
+    pub overlaps: usize,
     pub overlaps_in_data_loss_windows: usize,
+    /// Grants of own lease ids answered to a retry after a cut or failed attempt: counted from
+    /// the first attempt's send.
+    pub retried_grants: usize,
+    /// Holders told `lost` because another holder held the name, while their own view still ran
+    /// (each also a violation).
+    pub lost_to_another_in_view: usize,
+    /// Own-id Acquires, the client's only call with their id, refused because an earlier attempt
+    /// that the client had cut took their place in line ([`Event::Superseded`]): not violations.
+    pub superseded_live_calls: Vec<String>,
     pub stale_writes_rejected: usize,
     /// Grants of counting names, and the most holders' views of one counting name that
     /// overlapped at once outside data-loss windows (the limit, if the run reached it).
@@ -216,8 +228,20 @@ impl Report {
             self.takeovers_checked
         );
         println!(
-            "stale writes rejected: {}; overlaps inside data-loss windows (allowed): {}",
-            self.stale_writes_rejected, self.overlaps_in_data_loss_windows
+            "stale writes rejected: {}; overlaps: {}, inside data-loss windows (allowed): {}",
+            self.stale_writes_rejected, self.overlaps, self.overlaps_in_data_loss_windows
+        );
+        println!(
+            "own lease ids: {} grants answered to a retry (counted from the first attempt); \
+             holders told lost to another holder while they held: {}; live calls whose place \
+             a cut earlier attempt took back (FAILED_PRECONDITION, retried): {} {:?}",
+            self.retried_grants,
+            self.lost_to_another_in_view,
+            self.superseded_live_calls.len(),
+            self.superseded_live_calls
+                .iter()
+                .take(5)
+                .collect::<Vec<_>>()
         );
         println!(
             "counting names: {} grants; most holders at once (outside data-loss windows): {}; \
@@ -292,10 +316,13 @@ impl Checker {
             token: u64,
             shared: bool,
             ttl: Duration,
-            sent: Duration,
+            /// When the first attempt that may have made the grant was sent.
+            first_sent: Duration,
             received: Duration,
             renewals: Vec<(Duration, Duration, Duration)>,
             lost: Option<Duration>,
+            /// Its first `lost` said another holder held the name.
+            lost_to_another: bool,
             release: Option<Duration>,
         }
         let mut leases: HashMap<usize, Lease> = HashMap::new();
@@ -308,9 +335,13 @@ impl Checker {
                     ttl,
                     sent,
                     received,
+                    first_sent,
                     shared,
                     ..
                 } => {
+                    if first_sent < sent {
+                        report.retried_grants += 1;
+                    }
                     leases.insert(
                         *lease,
                         Lease {
@@ -318,10 +349,11 @@ impl Checker {
                             token: *token,
                             shared: *shared,
                             ttl: *ttl,
-                            sent: *sent,
+                            first_sent: *first_sent,
                             received: *received,
                             renewals: Vec::new(),
                             lost: None,
+                            lost_to_another: false,
                             release: None,
                         },
                     );
@@ -338,9 +370,16 @@ impl Checker {
                         lease.renewals.push((*sent, *received, *ttl));
                     }
                 }
-                Event::Lost { lease, received } => {
-                    if let Some(lease) = leases.get_mut(lease) {
-                        lease.lost.get_or_insert(*received);
+                Event::Lost {
+                    lease,
+                    received,
+                    by_another,
+                } => {
+                    if let Some(lease) = leases.get_mut(lease)
+                        && lease.lost.is_none()
+                    {
+                        lease.lost = Some(*received);
+                        lease.lost_to_another = *by_another;
                     }
                 }
                 Event::ReleaseCalled { lease, at } => {
@@ -432,6 +471,13 @@ impl Checker {
                 | Event::Waited { .. }
                 | Event::NotGranted { .. }
                 | Event::Answered { .. } => {}
+                Event::Superseded {
+                    replica,
+                    sent,
+                    ended,
+                } => report.superseded_live_calls.push(format!(
+                    "Acquire to replica {replica}, sent at {sent:?}, refused at {ended:?}"
+                )),
             }
         }
         report.grants = leases.len();
@@ -450,7 +496,8 @@ impl Checker {
         let mut intervals: HashMap<usize, Vec<Interval>> = HashMap::new();
         let mut interval_of: HashMap<usize, (Duration, Duration)> = HashMap::new();
         for (id, lease) in &leases {
-            let mut expiry = lease.sent + lease.ttl;
+            // A grant answered to a retry may have been made by the first attempt.
+            let mut expiry = lease.first_sent + lease.ttl;
             let mut renewals = lease.renewals.clone();
             renewals.sort();
             for (sent, received, ttl) in renewals {
@@ -460,11 +507,22 @@ impl Checker {
                 expiry = expiry.max(sent + ttl);
             }
             let mut end = expiry;
-            if let Some(lost) = lease.lost {
-                end = end.min(lost);
-            }
             if let Some(release) = lease.release {
                 end = end.min(release);
+            }
+            if let Some(lost) = lease.lost {
+                // While its view ran, the grant was the holder's: nobody else could hold the name
+                // unless the grant was undone behind its back (the retried own id of issue 51) or
+                // Redis lost it.
+                if lease.lost_to_another && lost + slack < end && !in_loss_window(lost) {
+                    report.lost_to_another_in_view += 1;
+                    report.violations.push(format!(
+                        "{}: lease {id} (token {}) was told lost, held by another holder, at \
+                         {lost:?} while its view ran until {end:?}",
+                        self.names[lease.name], lease.token
+                    ));
+                }
+                end = end.min(lost);
             }
             interval_of.insert(*id, (lease.received, end));
             intervals.entry(lease.name).or_default().push(Interval {
@@ -498,6 +556,7 @@ impl Checker {
                     if in_loss_window(interval.start) {
                         report.overlaps_in_data_loss_windows += 1;
                     } else {
+                        report.overlaps += 1;
                         let view = |interval: &Interval| {
                             format!(
                                 "{} (token {}, {:?}..{:?})",
@@ -543,8 +602,9 @@ impl Checker {
                 prefix_max.push(max);
             }
             for later in &grants {
-                // Grants received before `later` was requested happened before it.
-                let before = grants.partition_point(|earlier| earlier.received < later.sent);
+                // Grants received before `later` was requested happened before it (requested by
+                // its first attempt, which may have made it).
+                let before = grants.partition_point(|earlier| earlier.received < later.first_sent);
                 if before > 0 && prefix_max[before - 1] >= later.token {
                     report.violations.push(format!(
                         "{}: token {} granted after token {} had been received (backwards)",
@@ -706,6 +766,7 @@ impl Checker {
                 if in_loss_window(interval.start) {
                     report.overlaps_in_data_loss_windows += 1;
                 } else {
+                    report.overlaps += 1;
                     let earlier: Vec<String> =
                         conflicting.iter().map(|earlier| view(earlier)).collect();
                     report.violations.push(format!(
@@ -760,19 +821,20 @@ impl Checker {
                 replica,
                 name,
                 token,
-                sent,
                 received,
+                first_sent,
                 shared,
                 waited,
                 ..
             } = event
             {
+                // A retried own id's place in line may be its first attempt's.
                 grants.entry(*name).or_default().push(Grant {
                     lease: *lease,
                     client: *client,
                     replica: *replica,
                     token: *token,
-                    sent: *sent,
+                    sent: *first_sent,
                     received: *received,
                     shared: *shared,
                     waited: *waited,
