@@ -382,12 +382,16 @@ fn is_invisible(c: char) -> bool {
     )
 }
 
-/// Refuses `text` if it contains a control, bidirectional formatting or invisible character,
-/// saying which kind and which character (escaped, so the error itself is safe to print) and at
-/// which byte.
+/// Whether free text the server echoes back (a `holder`, a Revoke `reason`) may not contain `c`:
+/// a control, bidirectional formatting or invisible character.
+pub fn is_hidden(c: char) -> bool {
+    is_control_or_bidi(c) || is_invisible(c)
+}
+
+/// Refuses `text` if it contains an [`is_hidden`] character, saying which kind and which
+/// character (escaped, so the error itself is safe to print) and at which byte.
 fn refuse_hidden_characters(field: &'static str, text: &str) -> Result<()> {
-    let hidden = |c: char| is_control_or_bidi(c) || is_invisible(c);
-    let Some((at, bad)) = text.char_indices().find(|(_, c)| hidden(*c)) else {
+    let Some((at, bad)) = text.char_indices().find(|(_, c)| is_hidden(*c)) else {
         return Ok(());
     };
     let kind = if bad.is_control() {

@@ -8,8 +8,8 @@ use leased::{
     lease::{
         Limits,
         limits::{
-            AcquireFields, MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES,
-            is_control_or_bidi, parse_lease_id, parse_name,
+            AcquireFields, MAX_HOLDER_BYTES, MAX_LEASE_ID_BYTES, MAX_NAME_BYTES, is_hidden,
+            parse_lease_id, parse_name,
         },
     },
     proto::{AcquireRequest, DescribeRequest, ReleaseRequest, acquire_response},
@@ -60,7 +60,7 @@ fn is_documented_name(name: &str) -> bool {
 /// UTF-8 holders up to 256 bytes (multi-byte characters count by their bytes), without control
 /// or bidirectional formatting characters.
 fn valid_holder() -> impl Strategy<Value = String> {
-    let text_char = any::<char>().prop_filter("text", |c| !is_control_or_bidi(*c));
+    let text_char = any::<char>().prop_filter("text", |c| !is_hidden(*c));
     prop::collection::vec(text_char, 0..=MAX_HOLDER_BYTES).prop_map(|chars| {
         let mut holder = String::new();
         for c in chars {
@@ -73,7 +73,7 @@ fn valid_holder() -> impl Strategy<Value = String> {
     })
 }
 
-/// A valid holder with one control or bidirectional formatting character inserted.
+/// A valid holder with one control, bidirectional formatting or invisible character inserted.
 fn holder_with_a_hidden_character() -> impl Strategy<Value = String> {
     let hidden = prop_oneof![
         prop_oneof![0u32..=0x1f, 0x7fu32..=0x9f].prop_map(|c| char::from_u32(c).unwrap()),
@@ -83,6 +83,9 @@ fn holder_with_a_hidden_character() -> impl Strategy<Value = String> {
         Just('\u{202e}'),
         Just('\u{2066}'),
         Just('\u{061c}'),
+        Just('\u{200b}'),
+        Just('\u{feff}'),
+        Just('\u{e0041}'),
     ];
     (valid_holder(), hidden, any::<prop::sample::Index>()).prop_map(|(holder, hidden, at)| {
         let mut chars: Vec<char> = holder.chars().collect();
@@ -156,8 +159,7 @@ fn validation_accepts_exactly_the_documented_inputs() {
         .run(
             &request,
             |(name, holder, ttl_ms, wait_ms, limit, lock_delay_ms)| {
-                let holder_ok =
-                    holder.len() <= MAX_HOLDER_BYTES && !holder.chars().any(is_control_or_bidi);
+                let holder_ok = holder.len() <= MAX_HOLDER_BYTES && !holder.chars().any(is_hidden);
                 let ttl_ok = (10..=3_600_000).contains(&ttl_ms);
                 let wait_ok = (0..=60_000).contains(&wait_ms);
                 let limit_ok = limit <= 50;
