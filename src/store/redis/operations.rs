@@ -381,19 +381,18 @@ impl RedisStore {
             ReleaseBy::Holder(caller) => (ENDED_LEASE_ID_KEPT, caller.tag(), false),
             ReleaseBy::UnconfirmedGrant => (Duration::ZERO, "", true),
         };
+        let mut arguments = vec![
+            lease_id_digest(lease_id),
+            self.counter_keep_ms(),
+            ended_kept.as_millis().to_string(),
+        ];
+        // The principal and the flag only when there is one to tell: a plain release (no access
+        // control) sends Redis no more than it did before there were any.
+        if !caller.is_empty() || unconfirmed {
+            arguments.extend([caller.to_owned(), flag(unconfirmed)]);
+        }
         let reply = self
-            .run(
-                Script::Release,
-                name,
-                keys.for_release(),
-                vec![
-                    lease_id_digest(lease_id),
-                    self.counter_keep_ms(),
-                    ended_kept.as_millis().to_string(),
-                    caller.to_owned(),
-                    flag(unconfirmed),
-                ],
-            )
+            .run(Script::Release, name, keys.for_release(), arguments)
             .await?;
         match reply.int(0)? {
             1 => {}

@@ -57,11 +57,13 @@ else
   local record, principal_field, mark_field = permit_fields_of(ARGV[1])
   local permit_and_binding = redis.call('HMGET', holders, record, principal_field, mark_field)
   local permit = parse_permit(permit_and_binding[1])
-  if permit and permit.exp > now_ms and foreign(permit_and_binding[2], principal) then
-    return {2}
-  end
-  if permit and permit.exp > now_ms and unconfirmed and permit_and_binding[3] then
-    return {3}
+  if permit and permit.exp > now_ms then
+    if foreign(permit_and_binding[2], principal) then
+      return {2}
+    end
+    if unconfirmed and permit_and_binding[3] then
+      return {3}
+    end
   end
   -- A permit's release always ends its id: permits do not record who chose theirs.
   end_lease_id(ended_ids, ARGV[1], now_ms, ended_ms)
