@@ -8,6 +8,8 @@
 //!
 //! - [`proto`]: the generated `lease.v1` types and client (and server, with `server`).
 //! - [`client`]: the Rust client: `LeaseClient` and the self-renewing `LeaseGuard`.
+//! - [`fencing`]: tokens checked where the data lives: the metadata convention and the mark
+//!   stores of the fencing adapters.
 // The server's modules are listed only in a build that has them, so that the docs of a
 // client-only build link to nothing it lacks.
 #![cfg_attr(
@@ -30,6 +32,8 @@ With `server`:
 
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "client")]
+pub mod fencing;
 pub mod proto;
 
 #[cfg(feature = "server")]

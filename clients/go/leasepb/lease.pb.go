@@ -9,6 +9,15 @@
 // a smaller token than the largest it has seen: a holder that lost its lease without noticing (a GC
 // pause, a partition) is fenced off.
 //
+// Fencing metadata (a convention for the services a lease protects, not read by leased): a call
+// to a fenced service carries the lease's name and token as two gRPC metadata entries (HTTP
+// headers elsewhere), `leased-lease-name: <name>` and `leased-fencing-token: <token in decimal,
+// 1 to 2^63-1>`. The clients' guards attach them on request, and the fencing middleware of each
+// client refuses a token below the largest it has seen for that name (FAILED_PRECONDITION naming
+// both tokens) and a missing, zero, negative or non-numeric entry (INVALID_ARGUMENT naming the
+// entry). Tokens are floored at the grant's Unix time in microseconds (about 1.8e15 in 2026), so
+// they fit a signed 64-bit integer and stay below 2^53 (exact as a JavaScript number) until 2255.
+//
 // Errors, for every RPC:
 //   INVALID_ARGUMENT    a field is out of range; the message names the field.
 //   UNAVAILABLE         the backing store (Redis) did not answer within the server's timeout, or the
