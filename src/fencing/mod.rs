@@ -142,7 +142,7 @@ pub trait FenceMarks: Send + Sync + 'static {
 }
 
 /// The mark at the end of an adapter's stale-token message: PostgreSQL's `LF001` and Redis's
-/// `STALETOKEN` both end with "the highest seen is <mark>".
+/// `STALETOKEN` both end with "the highest seen is N", N the mark.
 pub fn mark_in_stale_message(message: &str) -> Option<u64> {
     let (_, mark) = message.trim_end().rsplit_once("the highest seen is ")?;
     mark.parse().ok()
