@@ -20,13 +20,15 @@ import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 
 /**
  * A gRPC service to fence in the tests: {@code leased.test.Store/Put} takes a string and keeps it
  * as the stored value, appending it to the history of accepted writes. Served on loopback TCP,
  * behind a {@link FencingInterceptor} or (fencing off) without one. Its messages are plain UTF-8
- * strings (no proto): a writer puts "TOKEN:WHO".
+ * strings (no proto). A value "pause MS ..." makes the handler pause MS milliseconds before it
+ * stores the value: a service paused mid-call.
  */
 final class FencedStore implements AutoCloseable {
   static final MethodDescriptor<String, String> PUT =
@@ -40,6 +42,9 @@ final class FencedStore implements AutoCloseable {
   private final Server server;
   private final List<String> accepted = new ArrayList<>(); // guarded by itself
 
+  /** Released each time a handler starts. */
+  final Semaphore handlersStarted = new Semaphore(0);
+
   /** Serves the store fenced by {@code fencing}, or unfenced when it is null. */
   FencedStore(FencingInterceptor fencing) throws IOException {
     ServerServiceDefinition service =
@@ -48,6 +53,8 @@ final class FencedStore implements AutoCloseable {
                 PUT,
                 ServerCalls.asyncUnaryCall(
                     (value, reply) -> {
+                      handlersStarted.release();
+                      pauseFor(value);
                       synchronized (accepted) {
                         accepted.add(value);
                       }
@@ -60,6 +67,16 @@ final class FencedStore implements AutoCloseable {
             .addService(fencing == null ? service : ServerInterceptors.intercept(service, fencing))
             .build()
             .start();
+  }
+
+  private static void pauseFor(String value) {
+    if (value.startsWith("pause ")) {
+      try {
+        Thread.sleep(Long.parseLong(value.split(" ")[1]));
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+    }
   }
 
   String target() {

@@ -61,7 +61,8 @@ public final class FencingHolder {
     }
   }
 
+  /** The first line: PostgreSQL's message goes on with its detail, hint and context. */
   private static String oneLine(String text) {
-    return text.replace('\n', ' ');
+    return text.lines().findFirst().orElse("");
   }
 }

@@ -21,6 +21,7 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import lease.v1.Lease.DescribeRequest;
 import lease.v1.Lease.DescribeResponse;
@@ -206,6 +207,11 @@ class FencingTest {
 
   /** What the interceptor answers a Put carrying these metadata entries (null: accepted). */
   private static Status put(FencedStore store, String... entries) throws Exception {
+    return putValue(store, "value", entries);
+  }
+
+  private static Status putValue(FencedStore store, String value, String... entries)
+      throws Exception {
     Metadata metadata = new Metadata();
     for (int i = 0; i < entries.length; i += 2) {
       metadata.put(Metadata.Key.of(entries[i], Metadata.ASCII_STRING_MARSHALLER), entries[i + 1]);
@@ -216,7 +222,7 @@ class FencingTest {
           io.grpc.ClientInterceptors.intercept(
               channel, MetadataUtils.newAttachHeadersInterceptor(metadata)),
           null,
-          "value");
+          value);
       return null;
     } catch (StatusRuntimeException e) {
       return e.getStatus();
@@ -264,6 +270,31 @@ class FencingTest {
       assertNull(put(store, NAME, "job", TOKEN, "9223372036854775807"), "equal passes");
       assertNull(put(store, NAME, "other", TOKEN, "3"), "marks are per lease name");
       assertEquals(3, store.accepted().size());
+    }
+  }
+
+  /**
+   * The in-process form's lock: a handler paused mid-call (token 20) keeps the next call of its
+   * lease name (token 21) waiting, so the writes land in token order rather than 21 then 20.
+   */
+  @Test
+  void inProcessTheHandlersOfOneNameRunInTurn() throws Exception {
+    try (FencedStore store = new FencedStore(new FencingInterceptor())) {
+      var paused =
+          CompletableFuture.supplyAsync(
+              () -> {
+                try {
+                  return putValue(store, "pause 500 token 20", NAME, "job", TOKEN, "20");
+                } catch (Exception e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      assertTrue(store.handlersStarted.tryAcquire(10, TimeUnit.SECONDS), "the paused handler");
+      assertNull(putValue(store, "token 21", NAME, "job", TOKEN, "21"));
+      assertNull(paused.get(10, TimeUnit.SECONDS));
+      assertEquals(List.of("pause 500 token 20", "token 21"), store.accepted());
+      // Another name does not wait for "job".
+      assertNull(put(store, NAME, "other", TOKEN, "1"));
     }
   }
 

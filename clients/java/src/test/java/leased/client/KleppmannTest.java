@@ -9,9 +9,11 @@ import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.io.Writer;
 import java.nio.charset.StandardCharsets;
+import java.sql.DriverManager;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -29,6 +31,7 @@ import org.junit.jupiter.api.Timeout;
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class KleppmannTest {
   private static final Duration TTL = Duration.ofMillis(500);
+  private static final AtomicInteger SCENARIOS = new AtomicInteger(); // a lease name each
 
   private static KleppmannWrites writes;
   private static Process holder1;
@@ -37,6 +40,9 @@ class KleppmannTest {
   private static LeaseClient holder2;
   private static FencedStore fencedStore;
   private static FencedStore unfencedStore;
+  private static FencedStore postgresMarkedStore;
+  private static FencedStore redisMarkedStore;
+  private static Resp redisMarks;
 
   @BeforeAll
   static void start() throws Exception {
@@ -55,6 +61,14 @@ class KleppmannTest {
     holder2 = Scratch.client();
     fencedStore = new FencedStore(new FencingInterceptor());
     unfencedStore = new FencedStore(null);
+    String postgres = Scratch.postgres();
+    postgresMarkedStore =
+        new FencedStore(
+            new FencingInterceptor(
+                FenceMarks.postgres(() -> DriverManager.getConnection(postgres), "kleppmann:")));
+    redisMarks = new Resp(Scratch.redis());
+    redisMarkedStore =
+        new FencedStore(new FencingInterceptor(FenceMarks.redis(redisMarks::fcall, "kleppmann:")));
   }
 
   @AfterAll
@@ -62,53 +76,68 @@ class KleppmannTest {
     if (holder1 != null) {
       holder1.destroyForcibly().waitFor();
     }
-    if (fencedStore != null) {
-      fencedStore.close();
-      unfencedStore.close();
+    for (FencedStore store :
+        new FencedStore[] {fencedStore, unfencedStore, postgresMarkedStore, redisMarkedStore}) {
+      if (store != null) {
+        store.close();
+      }
+    }
+    if (redisMarks != null) {
+      redisMarks.close();
     }
   }
 
   @Test
   void postgresFenceRefusesThePausedHolder() throws Exception {
-    refused("pg-fence", "row-1");
+    refused("PostgreSQL leased.fence", "pg-fence", "row-1");
   }
 
   @Test
   void postgresFenceOffLetsThePausedHolderOverwrite() throws Exception {
-    overwritten("pg-fence", "row-2");
+    overwritten("PostgreSQL leased.fence", "pg-fence", "row-2");
   }
 
   @Test
   void postgresRowTriggerRefusesThePausedHolder() throws Exception {
-    refused("pg-row", "row-1");
+    refused("PostgreSQL row trigger", "pg-row", "row-1");
   }
 
   @Test
   void postgresRowsWithoutTheTriggerLetThePausedHolderOverwrite() throws Exception {
-    overwritten("pg-row", "row-2");
+    overwritten("PostgreSQL row trigger", "pg-row", "row-2");
   }
 
   @Test
   void redisFencedSetRefusesThePausedHolder() throws Exception {
-    refused("redis", "kleppmann-1");
+    refused("Redis leased_set", "redis", "kleppmann-1");
   }
 
   @Test
   void redisPlainSetLetsThePausedHolderOverwrite() throws Exception {
-    overwritten("redis", "kleppmann-2");
+    overwritten("Redis leased_set", "redis", "kleppmann-2");
   }
 
   @Test
   void fencingInterceptorRefusesThePausedHolder() throws Exception {
-    refused("grpc", fencedStore.target());
+    refused("gRPC interceptor, marks in process", "grpc", fencedStore.target());
+  }
+
+  @Test
+  void fencingInterceptorWithMarksInPostgresRefusesThePausedHolder() throws Exception {
+    refused("gRPC interceptor, marks in PostgreSQL", "grpc", postgresMarkedStore.target());
+  }
+
+  @Test
+  void fencingInterceptorWithMarksInRedisRefusesThePausedHolder() throws Exception {
+    refused("gRPC interceptor, marks in Redis", "grpc", redisMarkedStore.target());
   }
 
   @Test
   void serviceWithoutTheInterceptorLetsThePausedHolderOverwrite() throws Exception {
-    overwritten("grpc", unfencedStore.target());
+    overwritten("gRPC interceptor", "grpc", unfencedStore.target());
   }
 
-  private void refused(String adapter, String key) throws Exception {
+  private void refused(String label, String adapter, String key) throws Exception {
     Outcome outcome = play(adapter, true, key);
     assertTrue(
         outcome.holder1Answer.startsWith("refused "),
@@ -119,19 +148,19 @@ class KleppmannTest {
         "the refusal names both tokens: " + outcome.holder1Answer);
     assertEquals(outcome.holder2Value, outcome.stored, adapter + ": the resource's data");
     System.out.printf(
-        "kleppmann %s fencing on: holder 1's write (token %d) refused (%s); the resource holds"
+        "kleppmann, %s, fencing on: holder 1's write (token %d) refused (%s); the resource holds"
             + " holder 2's data (token %d)%n",
-        adapter, outcome.token1, outcome.holder1Answer, outcome.token2);
+        label, outcome.token1, outcome.holder1Answer, outcome.token2);
   }
 
-  private void overwritten(String adapter, String key) throws Exception {
+  private void overwritten(String label, String adapter, String key) throws Exception {
     Outcome outcome = play(adapter, false, key);
     assertEquals("ok", outcome.holder1Answer, adapter + ": holder 1's write without fencing");
     assertEquals(outcome.holder1Value, outcome.stored, adapter + ": the resource's data");
     System.out.printf(
-        "kleppmann %s fencing off: holder 1's write (token %d) overwrote holder 2's (token %d);"
-            + " the resource holds %s%n",
-        adapter, outcome.token1, outcome.token2, outcome.stored);
+        "kleppmann, %s, fencing off: holder 1's write (token %d) overwrote holder 2's (token %d);"
+            + " the resource holds \"%s\"%n",
+        label, outcome.token1, outcome.token2, outcome.stored);
   }
 
   private record Outcome(
@@ -140,7 +169,7 @@ class KleppmannTest {
 
   /** The scenario, once: holder 1 paused past its TTL while holder 2 acquires and writes. */
   private Outcome play(String adapter, boolean fencing, String key) throws Exception {
-    String lease = "kleppmann-" + adapter + "-" + (fencing ? "on" : "off");
+    String lease = "kleppmann-" + SCENARIOS.incrementAndGet();
     writes.prepare(adapter, key);
     String granted = ask("acquire " + lease + " " + TTL.toMillis());
     assertTrue(granted.startsWith("granted "), granted);
@@ -163,9 +192,7 @@ class KleppmannTest {
         Scratch.signal(holder1, "-CONT");
         String holder1Answer = answer();
         String stored =
-            adapter.equals("grpc")
-                ? (fencing ? fencedStore : unfencedStore).value()
-                : writes.read(adapter, fencing, key);
+            adapter.equals("grpc") ? store(key).value() : writes.read(adapter, fencing, key);
         return new Outcome(token1, token2, holder1Value, holder2Value, holder1Answer, stored);
       } catch (StatusRuntimeException | StaleTokenException holder2Refused) {
         throw new AssertionError("holder 2's write was refused", holder2Refused);
@@ -173,6 +200,17 @@ class KleppmannTest {
     } finally {
       Scratch.signal(holder1, "-CONT"); // harmless if running
     }
+  }
+
+  /** The gRPC store served at this target. */
+  private static FencedStore store(String target) {
+    for (FencedStore store :
+        new FencedStore[] {fencedStore, unfencedStore, postgresMarkedStore, redisMarkedStore}) {
+      if (store.target().equals(target)) {
+        return store;
+      }
+    }
+    throw new IllegalArgumentException("no store at " + target);
   }
 
   private static String ask(String command) throws Exception {
