@@ -107,10 +107,5 @@ public interface FenceMarks {
       }
       return token;
     }
-
-    /** The marks now, for tests and diagnostics. */
-    Map<String, Long> snapshot() {
-      return Map.copyOf(marks);
-    }
   }
 }
