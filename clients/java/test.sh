@@ -15,7 +15,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 source "$here/jars.sh"
-install_missing "${build_packages[@]}" junit5 redis-server
+# The tests' own: JUnit, the Redis leased runs on (and the fencing tests' resource), PostgreSQL
+# and its JDBC driver for the fencing tests (the client itself needs no driver: java.sql is the
+# JDK's). Debian packages no Java Redis client: the tests speak RESP themselves (Resp.java).
+install_missing "${build_packages[@]}" junit5 redis-server postgresql libpostgresql-jdbc-java
+test_jars=/usr/share/java/postgresql.jar
 
 if [[ -z ${LEASED_BIN:-} ]]; then
   export LEASED_BIN="${CARGO_TARGET_DIR:-$repo/target}/debug/leased"
@@ -28,11 +32,12 @@ fi
 build="$here/build"
 jar="$build/leased-client-0.1.0.jar"
 junit=/usr/share/java/junit-platform-console-standalone.jar
+test_classpath="$jar:$build/test-classes:$dependency_classpath:$test_jars"
 
 # The tests and the examples in one javac run (it starts slowly); the examples use only the jar.
 mkdir -p "$build/test-classes"
 javac -J-XX:TieredStopAtLevel=1 --release 17 -encoding UTF-8 -Xlint:all,-try -Werror \
-  -d "$build/test-classes" -cp "$jar:$dependency_classpath:$junit" \
+  -d "$build/test-classes" -cp "$jar:$dependency_classpath:$test_jars:$junit" \
   $(find "$here/src/test/java" "$here/src/examples/java" -name '*.java')
 
 java -version 2>&1 | head -1
@@ -41,6 +46,7 @@ export LEASED_JAVA_JAR="$jar"
 export LEASED_JAVA_DEPENDENCIES="$dependency_classpath"
 export LEASED_JAVA_DIRECT_JARS=$(printf '/usr/share/java/%s.jar ' "${direct_jars[@]}")
 export LEASED_JAVA_EXAMPLES="$build/test-classes"
+export LEASED_JAVA_TEST_CLASSPATH="$test_classpath" # for the tests' own processes (FencingHolder)
 # Every test, unless the arguments select some.
 selection=("$@")
 ((${#selection[@]})) || selection=(--scan-class-path "$build/test-classes")
@@ -54,5 +60,5 @@ parallel=(
 )
 cd "$here" # the tests read pom.xml and consumer-test/ from here
 java -XX:TieredStopAtLevel=1 -jar "$junit" "${parallel[@]}" \
-  --class-path "$jar:$build/test-classes:$dependency_classpath" \
+  --class-path "$test_classpath" \
   "${selection[@]}" --disable-banner --disable-ansi-colors --details=tree

@@ -1,7 +1,10 @@
 package leased.client;
 
+import io.grpc.ClientInterceptor;
+import io.grpc.Metadata;
 import io.grpc.stub.ClientCallStreamObserver;
 import io.grpc.stub.ClientResponseObserver;
+import io.grpc.stub.MetadataUtils;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.concurrent.CompletableFuture;
@@ -117,6 +120,27 @@ public final class LeaseGuard implements AutoCloseable {
    */
   public long fencingToken() {
     return fencingToken;
+  }
+
+  /**
+   * The fencing metadata of this grant, for a call to a service fenced by a {@link
+   * FencingInterceptor} (or any service that follows the convention): {@code leased-lease-name}
+   * and {@code leased-fencing-token} in decimal. Attach it with {@link #fencingInterceptor()}, or
+   * {@code MetadataUtils.newAttachHeadersInterceptor(lease.fencingMetadata())}.
+   */
+  public Metadata fencingMetadata() {
+    Metadata metadata = new Metadata();
+    metadata.put(Fencing.LEASE_NAME, name);
+    metadata.put(Fencing.FENCING_TOKEN, Long.toUnsignedString(fencingToken));
+    return metadata;
+  }
+
+  /**
+   * A client interceptor that attaches {@link #fencingMetadata()} to every call: {@code
+   * stub.withInterceptors(lease.fencingInterceptor())} for the calls this lease protects.
+   */
+  public ClientInterceptor fencingInterceptor() {
+    return MetadataUtils.newAttachHeadersInterceptor(fencingMetadata());
   }
 
   /** The lease's secret id (for handing it to another process); never log it. */

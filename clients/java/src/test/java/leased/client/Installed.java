@@ -29,6 +29,14 @@ final class Installed {
     return env("LEASED_JAVA_EXAMPLES") + ":" + jarAndDependencies();
   }
 
+  /**
+   * The tests and examples on the jar's path with the tests' own dependencies (the PostgreSQL
+   * driver, JUnit): the class path of a test's own processes (FencingHolder).
+   */
+  static String testClasspath() {
+    return env("LEASED_JAVA_TEST_CLASSPATH");
+  }
+
   private static String env(String name) {
     String value = System.getenv(name);
     if (value == null || value.isEmpty()) {

@@ -109,7 +109,7 @@ class PackageTest {
           sources.toString().contains(unindented(block.group(1))),
           "README.md shows code that no example has:\n" + block.group(1));
     }
-    assertEquals(4, blocks, "java blocks in README.md");
+    assertEquals(10, blocks, "java blocks in README.md");
   }
 
   /** Each line stripped of its leading and trailing blanks, blank lines dropped. */

@@ -15,6 +15,7 @@ final class Stack implements AutoCloseable {
   private final Process redis;
   final Process leased;
   private final Path dir;
+  private final List<LeaseClient> clients = new java.util.ArrayList<>(); // guarded by itself
 
   private Stack(String target, Process redis, Process leased, Path dir) {
     this.target = target;
@@ -143,6 +144,15 @@ final class Stack implements AutoCloseable {
     }
   }
 
+  /** A client of this leased, closed with the stack. */
+  LeaseClient client() {
+    LeaseClient client = LeaseClient.forTarget(target);
+    synchronized (clients) {
+      clients.add(client);
+    }
+    return client;
+  }
+
   /** SIGKILL: the server disappears without a word, as on a crash. */
   void killLeased() throws InterruptedException {
     leased.destroyForcibly();
@@ -151,6 +161,9 @@ final class Stack implements AutoCloseable {
 
   @Override
   public void close() {
+    synchronized (clients) {
+      clients.forEach(LeaseClient::close);
+    }
     for (Process process : List.of(leased, redis)) {
       process.destroyForcibly();
       try {
