@@ -205,18 +205,25 @@ func TestInterceptorRefusesBadMetadata(t *testing.T) {
 	}
 }
 
-func TestInterceptorOptionalLetsUnmarkedCallsThrough(t *testing.T) {
-	fence := fencing.NewInterceptor(fencing.Options{Optional: true})
+// fencedServer starts a server of the test service behind an interceptor with opts, and
+// connects to it; both end with the test.
+func fencedServer(t *testing.T, opts fencing.Options) (*docServer, *grpc.ClientConn) {
+	fence := fencing.NewInterceptor(opts)
 	server, err := startDocServer(grpc.UnaryInterceptor(fence.Unary), grpc.StreamInterceptor(fence.Stream))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer server.server.Stop()
+	t.Cleanup(server.server.Stop)
 	conn, err := dialService(server.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return server, conn
+}
+
+func TestInterceptorOptionalLetsUnmarkedCallsThrough(t *testing.T) {
+	_, conn := fencedServer(t, fencing.Options{Optional: true})
 	if err := callWrite(conn, metadata.MD{}, "optional"); err != nil {
 		t.Fatalf("a call without metadata, fencing optional: %v", err)
 	}
@@ -233,17 +240,7 @@ func TestInterceptorStoreFailureIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gone.Close()
-	fence := fencing.NewInterceptor(fencing.Options{Marks: fencing.NewPostgresMarks(gone, "grpc:")})
-	server, err := startDocServer(grpc.UnaryInterceptor(fence.Unary))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.server.Stop()
-	conn, err := dialService(server.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	server, conn := fencedServer(t, fencing.Options{Marks: fencing.NewPostgresMarks(gone, "grpc:")})
 	err = callWrite(conn, metadata.Pairs(lease.LeaseNameMetadata, "store-down", lease.FencingTokenMetadata, "5"), "store-down")
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "the fencing mark store failed") {
 		t.Fatalf("a store that fails: want UNAVAILABLE, got %v", err)
@@ -294,5 +291,34 @@ func TestStreamInterceptorChecksTheStart(t *testing.T) {
 	}
 	if _, err := appendTwo(metadata.MD{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a stream without metadata: want INVALID_ARGUMENT, got %v", err)
+	}
+}
+
+// TestUnaryHandlersOfANameTakeTurns: the in-process form of the paused holder. A call with
+// token 10 whose handler stalls mid-write holds its name's turn; a call with token 11 that
+// arrives meanwhile waits for it, so the writes land in token order and the resource ends with
+// the newer call's body. A call with token 9 that waits behind them is refused.
+func TestUnaryHandlersOfANameTakeTurns(t *testing.T) {
+	server, conn := fencedServer(t, fencing.Options{})
+	call := func(token, body string) error {
+		ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(),
+			metadata.Pairs(lease.LeaseNameMetadata, "turns", lease.FencingTokenMetadata, token)), 10*time.Second)
+		defer cancel()
+		return conn.Invoke(ctx, writeMethod, wrapperspb.String("turns\n"+body), new(wrapperspb.StringValue))
+	}
+	stalled := make(chan error, 1)
+	go func() { stalled <- call("10", "pause 400ms") }()
+	time.Sleep(100 * time.Millisecond) // the stalled call has its turn by now
+	if err := call("11", "newer"); err != nil {
+		t.Fatalf("token 11: %v", err)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatalf("token 10 (stalled): %v", err)
+	}
+	if err := call("9", "older"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("token 9 after 11: want FAILED_PRECONDITION, got %v", err)
+	}
+	if tokens, body := server.tokens("turns"), server.body("turns"); fmt.Sprint(tokens) != "[10 11]" || body != "newer" {
+		t.Fatalf("the writes landed as %v and the resource holds %q; want [10 11] and \"newer\"", tokens, body)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -159,6 +160,11 @@ func (d *docServer) write(ctx context.Context, request string) (*wrapperspb.Stri
 	key, body, ok := strings.Cut(request, "\n")
 	if !ok {
 		return nil, status.Error(codes.InvalidArgument, `the request must be "key\nbody"`)
+	}
+	// A body "pause <duration>" makes the handler stall before it writes, as a service paused
+	// mid-call (GC, a slow disk) would.
+	if pause, err := time.ParseDuration(strings.TrimPrefix(body, "pause ")); err == nil {
+		time.Sleep(pause)
 	}
 	claim, fenced := fencing.ClaimFromContext(ctx)
 	token := claim.Token
