@@ -163,7 +163,7 @@ replace_all "$build/consumer/go.mod"
 (
   cd "$build/consumer"
   export GOFLAGS= GOPROXY="file://$proxy"
-  go get "$module/lease@$version" # what a user runs (with the real proxy, no replacements)
+  go get "$module/lease@$version" "$module/fencing@$version" # what a user runs (with the real proxy, no replacements)
   go build -o "$build/bin/leased-consumer" .
 )
 "$build/bin/withleased" -- "$build/bin/leased-consumer"
