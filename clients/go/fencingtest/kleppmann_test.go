@@ -133,6 +133,30 @@ func (h *holder) signal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// waitStopped returns once every thread of holder 1 is stopped (state T in /proc), failing the
+// test after 10 s.
+func (h *holder) waitStopped(t *testing.T) {
+	tasks := fmt.Sprintf("/proc/%d/task", h.cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		entries, err := os.ReadDir(tasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, entry := range entries {
+			stat, err := os.ReadFile(tasks + "/" + entry.Name() + "/stat")
+			// The state is the first field after the command, which is in parentheses.
+			if i := bytes.LastIndexByte(stat, ')'); err == nil && i >= 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't') {
+				stopped++
+			}
+		}
+		if stopped == len(entries) {
+			return
+		}
+	}
+	t.Fatal("holder 1 did not stop within 10 s of SIGSTOP")
+}
+
 // TestKleppmannScenario plays the scenario fencing exists for, against each adapter: holder 1
 // (a process) acquires a 500 ms lease and is frozen (SIGSTOP) just before its write; once its
 // lease has long expired, holder 2 acquires it (a larger token) and writes; holder 1 is thawed
@@ -174,7 +198,10 @@ func kleppmann(t *testing.T, kind string, fenced bool, name string) {
 		t.Fatalf("holder 1 said %q, not its token; stderr:\n%s", line, holder1.stderr.String())
 	}
 	holder1.signal(t, syscall.SIGSTOP)
-	if _, err := io.WriteString(holder1.stdin, "write\n"); err != nil { // read once it is thawed
+	// The signal is asynchronous: until every thread has stopped, one could still read stdin.
+	holder1.waitStopped(t)
+	// Holder 1 reads this once it is thawed.
+	if _, err := io.WriteString(holder1.stdin, "write\n"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * holderTTL) // well past holder 1's TTL: leased expires its lease
