@@ -4,7 +4,9 @@
 # 1.33.3 and protobuf-go 1.28.1 (their sources under /usr/share/gocode), protoc and
 # protoc-gen-go-grpc. Installs what is missing (as root), then:
 #   1. checks that the committed stubs in leasepb/ are what generate.sh makes from proto/;
-#   2. gofmt, go vet and go test ./... (extra arguments go to go test, e.g. -run Revoke);
+#   2. gofmt, go vet and go test ./... (extra arguments go to go test, e.g. -run Revoke), then
+#      the same for fencingtest/ (a module of its own: package fencing against lib/pq, redigo,
+#      a scratch PostgreSQL from scripts/postgres-scratch.sh and a second redis-server);
 #   3. zips the module as a proxy would serve it, serves it from a file:// proxy, and builds and
 #      runs consumer-test/ (a separate module) against it: the module as a user installs it.
 #
@@ -30,6 +32,8 @@ packages=(
   protobuf-compiler          # protoc
   libprotobuf-dev            # google/protobuf/timestamp.proto, which lease.proto imports
   redis-server
+  golang-github-lib-pq-dev          # github.com/lib/pq 1.10.7, for fencingtest/ only
+  golang-github-gomodule-redigo-dev # github.com/gomodule/redigo 1.8.3, for fencingtest/ only
   git # lists the files a tag would hold, for the module zip
 )
 missing=()
@@ -62,20 +66,26 @@ export CGO_ENABLED="${CGO_ENABLED:-0}"
 cd "$here"
 go version
 
-# The replace directives for the offline builds: walks the requirement graph from go.mod through
-# the go.mod files of Debian's trees, one "module directory" line per module met.
+# The replace directives for the offline builds: walks the requirement graph from the go.mod
+# files given (default: the module's) through the go.mod files of Debian's trees, one "module
+# directory" line per module met. The client module itself, which fencingtest/ requires, is
+# replaced with this directory.
 debian=/usr/share/gocode/src
+client_module=$(awk '$1 == "module" { print $2; exit }' "$here/go.mod")
 replacements() {
   local -A seen=()
-  local queue=("$here/go.mod") file module dir
+  local queue=("${@:-$here/go.mod}") file module dir
   while ((${#queue[@]})); do
     file=${queue[0]}
     queue=("${queue[@]:1}")
     for module in $(awk '/^require \(/ { block = 1; next } block && /^\)/ { block = 0 }
-        block && NF && $1 !~ /^\/\// { print $1 } /^require [^(]/ { print $2 }' "$file"); do
+        block && NF && $1 !~ /^\/\// { print $1 } /^require [^(]/ { print $2 }' "$file" | tr -d '"'); do # some go.mod files quote paths
       [[ -n ${seen[$module]:-} ]] && continue
       seen[$module]=1
-      if [[ -f $debian/$module/go.mod ]]; then
+      if [[ $module == "$client_module" ]]; then
+        dir=$here
+        queue+=("$dir/go.mod")
+      elif [[ -f $debian/$module/go.mod ]]; then
         dir=$debian/$module
         queue+=("$dir/go.mod")
       else
@@ -87,10 +97,11 @@ replacements() {
     done
   done
 }
-# replace_all <go.mod>: adds every replacement to that go.mod.
+# replace_all <go.mod> [<replacements>]: adds every replacement (default: the module's) to that
+# go.mod.
 replace_all() {
   local module dir edits=()
-  while read -r module dir; do edits+=("-replace=$module=$dir"); done <"$build/replacements"
+  while read -r module dir; do edits+=("-replace=$module=$dir"); done <"${2:-$build/replacements}"
   go mod edit "${edits[@]}" "$1"
 }
 replacements >"$build/replacements"
@@ -117,6 +128,21 @@ fi
 go vet ./...
 # -parallel 4: the tests marked parallel mostly sleep (TTLs, waits), so 4 at once fit on 2 cores.
 go test -count=1 -parallel 4 -v "$@" ./...
+
+# Package fencing against real drivers and stores, from fencingtest/ (its own module, so that the
+# client's go.mod requires no driver): its go.mod copied, with the replacements of its graph.
+replacements "$here/fencingtest/go.mod" >"$build/fencing.replacements"
+cp fencingtest/go.mod "$build/fencing.mod"
+replace_all "$build/fencing.mod" "$build/fencing.replacements"
+(
+  cd fencingtest
+  export GOFLAGS="-modfile=$build/fencing.mod"
+  # -e: redigo's own tests import testify's dependencies, which Debian's testify package does not
+  # bring as modules; nothing here builds them.
+  go mod tidy -e 2>/dev/null
+  go vet ./...
+  go test -count=1 -parallel 4 -v "$@" ./...
+)
 [[ -n ${SKIP_CONSUMER:-} ]] && exit 0
 
 # 3. The module as installed: its zip, served by a file:// proxy, in a separate consumer module.
@@ -137,7 +163,7 @@ replace_all "$build/consumer/go.mod"
 (
   cd "$build/consumer"
   export GOFLAGS= GOPROXY="file://$proxy"
-  go get "$module/lease@$version" # what a user runs (with the real proxy, no replacements)
+  go get "$module/lease@$version" "$module/fencing@$version" # what a user runs (with the real proxy, no replacements)
   go build -o "$build/bin/leased-consumer" .
 )
 "$build/bin/withleased" -- "$build/bin/leased-consumer"

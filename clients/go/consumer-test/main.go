@@ -1,6 +1,8 @@
 // Command leased-consumer uses the installed client module against the leased at $LEASED_ADDR:
 // acquire, a second caller told who holds it, guard work with the lease's context and fencing
-// token, CheckToken, release, and the lease free afterwards. It exits 1 at the first surprise.
+// token, CheckToken, the fencing metadata through package fencing's interceptor (installed
+// without any database or Redis driver), release, and the lease free afterwards. It exits 1 at
+// the first surprise.
 package main
 
 import (
@@ -10,7 +12,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/leased-dev/leased/clients/go/fencing"
 	"github.com/leased-dev/leased/clients/go/lease"
 )
 
@@ -19,7 +25,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		os.Exit(1)
 	}
-	fmt.Println("consumer: acquire, guard, check, release: ok")
+	fmt.Println("consumer: acquire, guard, check, fencing metadata, release: ok")
 }
 
 func run(addr string) error {
@@ -53,6 +59,19 @@ func run(addr string) error {
 	check, err := client.CheckToken(ctx, "consumer/report", l.FencingToken())
 	if err != nil || !check.Current {
 		return fmt.Errorf("check token %d while held: %+v, %v", l.FencingToken(), check, err)
+	}
+
+	// The guard's metadata, as a fenced service's interceptor receives it: accepted once, then
+	// refused to an older token.
+	fence := fencing.NewInterceptor(fencing.Options{})
+	outgoing, _ := metadata.FromOutgoingContext(l.OutgoingContext(ctx))
+	handled := func(context.Context, interface{}) (interface{}, error) { return "handled", nil }
+	if reply, err := fence.Unary(metadata.NewIncomingContext(ctx, outgoing), nil, &grpc.UnaryServerInfo{}, handled); err != nil || reply != "handled" {
+		return fmt.Errorf("fenced call with the lease's metadata: %v, %v", reply, err)
+	}
+	older := metadata.Pairs(lease.LeaseNameMetadata, l.Name(), lease.FencingTokenMetadata, fmt.Sprint(l.FencingToken()-1))
+	if _, err := fence.Unary(metadata.NewIncomingContext(ctx, older), nil, &grpc.UnaryServerInfo{}, handled); status.Code(err) != codes.FailedPrecondition {
+		return fmt.Errorf("fenced call with an older token: want FAILED_PRECONDITION, got %v", err)
 	}
 
 	if released, err := l.Release(ctx); err != nil || !released {

@@ -42,6 +42,9 @@ type Process struct {
 	cmd    *exec.Cmd
 	log    string
 	exited chan struct{} // closed once the process has exited
+
+	stopSignal  syscall.Signal // what Stop sends: SIGTERM unless set
+	removeAfter string         // a directory Stop removes once the process has exited
 }
 
 // Start starts redis-server (no persistence) and one leased; Stop stops them.
@@ -51,19 +54,8 @@ func Start() (*Stack, error) {
 		return nil, err
 	}
 	s := &Stack{dir: dir}
-	redisPort, err := freePort()
+	s.redisAddr, err = s.StartRedis()
 	if err != nil {
-		s.Stop()
-		return nil, err
-	}
-	s.redisAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(redisPort))
-	redis, err := s.spawn("redis", "", "redis-server", "--bind", "127.0.0.1",
-		"--port", strconv.Itoa(redisPort), "--save", "", "--appendonly", "no", "--dir", dir)
-	if err != nil {
-		s.Stop()
-		return nil, err
-	}
-	if err := waitUntil(redis, func() error { return redisPing(s.redisAddr) }); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -74,6 +66,55 @@ func Start() (*Stack, error) {
 	}
 	s.Addr = leased.Addr
 	return s, nil
+}
+
+// StartRedis starts a redis-server (no persistence) on a free loopback port and returns its
+// host:port: Start's for leased, or one more, e.g. a Redis a test writes to as the resource.
+// It stops with the stack.
+func (s *Stack) StartRedis() (string, error) {
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	redis, err := s.spawn("redis", addr, "redis-server", "--bind", "127.0.0.1",
+		"--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", s.dir)
+	if err != nil {
+		return "", err
+	}
+	if err := waitUntil(redis, func() error { return redisPing(addr) }); err != nil {
+		return "", err
+	}
+	return addr, nil
+}
+
+// StartPostgres runs a scratch PostgreSQL through script (the repository's
+// scripts/postgres-scratch.sh) in a fresh directory, on a free loopback port, and returns its
+// URL once ready (a func that connects, from the caller, which has a driver) succeeds. It stops
+// with the stack (SIGINT: a fast shutdown), and its directory is removed.
+func (s *Stack) StartPostgres(script string, ready func(url string) error) (string, error) {
+	// Not under s.dir: the script hands the directory to the postgres user, who must reach it.
+	dir, err := os.MkdirTemp("", "leased-go-postgres-")
+	if err != nil {
+		return "", err
+	}
+	port, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	postgres, err := s.spawn("postgres", "", script, dir, strconv.Itoa(port))
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	postgres.stopSignal = syscall.SIGINT
+	postgres.removeAfter = dir
+	url := fmt.Sprintf("postgresql://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if err := waitUntil(postgres, func() error { return ready(url) }); err != nil {
+		return "", err
+	}
+	return url, nil
 }
 
 // StartLeased starts another leased on the stack's Redis, e.g. for a test that stops it.
@@ -229,15 +270,23 @@ func (s *Stack) spawn(name, addr, binary string, args ...string) (*Process, erro
 // Signal sends sig to the process (SIGKILL, SIGSTOP to freeze it, ...).
 func (p *Process) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
-// Stop ends the process: SIGTERM (after SIGCONT, in case it was frozen), SIGKILL after 10 s.
+// Stop ends the process: SIGTERM (after SIGCONT, in case it was frozen; SIGINT for PostgreSQL),
+// SIGKILL after 10 s.
 func (p *Process) Stop() {
+	if p.removeAfter != "" {
+		defer os.RemoveAll(p.removeAfter)
+	}
 	select {
 	case <-p.exited:
 		return
 	default:
 	}
+	stop := p.stopSignal
+	if stop == 0 {
+		stop = syscall.SIGTERM
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(stop)
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
