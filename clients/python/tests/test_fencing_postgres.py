@@ -123,6 +123,9 @@ def test_the_row_trigger_refuses_a_smaller_token_and_a_bad_one(postgres_url: str
         with pytest.raises(StaleTokenError) as stale, postgres_errors(key, 5):
             conn.execute(upsert, (key, "b", 5))
         assert (stale.value.token, stale.value.mark) == (5, MAX_TOKEN - 1)
+        with pytest.raises(StaleTokenError) as unnamed, postgres_errors():
+            conn.execute(upsert, (key, "b", 6))
+        assert (unnamed.value.token, unnamed.value.mark) == (6, MAX_TOKEN - 1), "from the message"
         for bad in (0, -5):
             with pytest.raises(InvalidTokenError, match="^fencing_token must be"), \
                     postgres_errors(key, bad):

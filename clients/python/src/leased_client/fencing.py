@@ -33,6 +33,7 @@ import asyncio
 import re
 import threading
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -44,6 +45,7 @@ from typing import (
     Optional,
     Protocol,
     TypeAlias,
+    Union,
 )
 
 import grpc
@@ -88,6 +90,7 @@ MAX_TOKEN = 2**63 - 1
 
 _CANONICAL_TOKEN = re.compile(r"[1-9][0-9]{0,18}")
 _MARK_IN_MESSAGE = re.compile(r"the highest seen is ([0-9]+)\s*$")
+_TOKEN_IN_MESSAGE = re.compile(r"stale fencing token ([0-9]+) ")
 _SHOWN_CHARS = 40
 
 
@@ -160,6 +163,9 @@ def _postgres_error(error: BaseException, resource: str, token: int) -> Optional
     diag = getattr(error, "diag", None)
     message = getattr(diag, "message_primary", None) or str(error).splitlines()[0]
     if sqlstate == _STALE_SQLSTATE:
+        refused = _TOKEN_IN_MESSAGE.match(message)
+        if not token and refused:  # postgres_errors() without the token: the message has it
+            token = int(refused.group(1))
         return StaleTokenError(message, resource=resource, token=token, mark=_mark_in(message))
     if sqlstate == _INVALID_SQLSTATE and message.startswith(
         ("token must", "resource must", "fencing_token must")
@@ -214,7 +220,8 @@ def postgres_errors(resource: str = "", token: int = 0) -> Iterator[None]:
     """Turns the fencing SQL's errors raised inside the block into `StaleTokenError` (LF001) and
     `InvalidTokenError` (22023): for the row-level form, whose writes are plain INSERTs and
     UPDATEs of a table with the `leased.fencing_token_guard()` trigger. `resource` and `token`
-    (what the block writes with) fill the error's fields; other errors pass unchanged."""
+    (what the block writes with) fill the error's fields (the token, when not given, is read from
+    the message); other errors pass unchanged."""
     try:
         yield
     except Exception as error:
@@ -530,6 +537,27 @@ def _fencing_entries(
     return names[0], token
 
 
+def _entries_or_handler(
+    handler: Handler, details: grpc.HandlerCallDetails, required: bool,
+    refusing: Callable[[Handler, _Refusal], Handler],
+) -> Union[_FencedCall, Handler]:
+    """The call's lease name and token to check; else the handler to run instead: one that
+    refuses the call (bad metadata), or `handler` itself (no metadata, not required)."""
+    try:
+        entries = _fencing_entries(details.invocation_metadata, required)
+    except _Refusal as refusal:
+        return refusing(handler, refusal)
+    return handler if entries is None else _FencedCall(*entries)
+
+
+@dataclass(frozen=True)
+class _FencedCall:
+    """What a call carries, well formed. (Not a tuple: grpc's method handlers are namedtuples.)"""
+
+    name: str
+    token: int
+
+
 def _store_refusal(name: str, token: int, error: Exception) -> _Refusal:
     if isinstance(error, StaleTokenError):
         stale = error if error.resource == name else _stale(name, token, error.mark)
@@ -599,13 +627,10 @@ class FencingInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-        try:
-            entries = _fencing_entries(handler_call_details.invocation_metadata, self.required)
-        except _Refusal as refusal:
-            return _refusing(handler, refusal)
-        if entries is None:
-            return handler
-        name, token = entries
+        entries = _entries_or_handler(handler, handler_call_details, self.required, _refusing)
+        if not isinstance(entries, _FencedCall):
+            return entries  # refusing the call, or passing it unchecked
+        name, token = entries.name, entries.token
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(handler.unary_unary, name, token),
@@ -689,13 +714,10 @@ class AioFencingInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        try:
-            entries = _fencing_entries(handler_call_details.invocation_metadata, self.required)
-        except _Refusal as refusal:
-            return _aio_refusing(handler, refusal)
-        if entries is None:
-            return handler
-        name, token = entries
+        entries = _entries_or_handler(handler, handler_call_details, self.required, _aio_refusing)
+        if not isinstance(entries, _FencedCall):
+            return entries  # refusing the call, or passing it unchecked
+        name, token = entries.name, entries.token
         check = self._checker(name, token)
         if handler.unary_unary is not None:
             unary: Any = handler.unary_unary
