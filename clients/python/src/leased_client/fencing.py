@@ -188,13 +188,8 @@ def fence_postgres(conn_or_cursor: PostgresExecutor, resource: str, token: int) 
     """
     check_token(token)
     _check_resource(resource)
-    try:
+    with postgres_errors(resource, token):
         row = conn_or_cursor.execute(_FENCE_SQL, (resource, token)).fetchone()
-    except Exception as error:
-        fencing_error = _postgres_error(error, resource, token)
-        if fencing_error is None:
-            raise
-        raise fencing_error from error
     return int(row[0])
 
 
@@ -204,14 +199,9 @@ async def fence_postgres_async(
     """`fence_postgres` for psycopg's `AsyncConnection` or `AsyncCursor`."""
     check_token(token)
     _check_resource(resource)
-    try:
+    with postgres_errors(resource, token):
         cursor = await conn_or_cursor.execute(_FENCE_SQL, (resource, token))
         row = await cursor.fetchone()
-    except Exception as error:
-        fencing_error = _postgres_error(error, resource, token)
-        if fencing_error is None:
-            raise
-        raise fencing_error from error
     return int(row[0])
 
 
@@ -257,6 +247,17 @@ def _redis_error(error: BaseException, mark: str, token: int) -> Optional[Except
     return None
 
 
+@contextmanager
+def _redis_errors(mark: str, token: int) -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:
+        fencing_error = _redis_error(error, mark, token)
+        if fencing_error is None:
+            raise
+        raise fencing_error from error
+
+
 def _fcall_args(
     function: str, keys: tuple[Any, ...], token: int, args: tuple[Any, ...]
 ) -> tuple[Any, ...]:
@@ -286,13 +287,8 @@ class FencedRedis:
 
     def _call(self, function: str, keys: tuple[Any, ...], token: int, *args: Any) -> Any:
         call = _fcall_args(function, keys, token, args)
-        try:
+        with _redis_errors(str(keys[0]), token):
             return self.client.fcall(*call)
-        except Exception as error:
-            fencing_error = _redis_error(error, str(keys[0]), token)
-            if fencing_error is None:
-                raise
-            raise fencing_error from error
 
     def fence(self, mark: str, token: int) -> int:
         """Checks and records `token` against `mark` only (then write however you like, knowing a
@@ -322,13 +318,8 @@ class AsyncFencedRedis:
 
     async def _call(self, function: str, keys: tuple[Any, ...], token: int, *args: Any) -> Any:
         call = _fcall_args(function, keys, token, args)
-        try:
+        with _redis_errors(str(keys[0]), token):
             return await self.client.fcall(*call)
-        except Exception as error:
-            fencing_error = _redis_error(error, str(keys[0]), token)
-            if fencing_error is None:
-                raise
-            raise fencing_error from error
 
     async def fence(self, mark: str, token: int) -> int:
         return int(await self._call("leased_fence", (mark,), token))
