@@ -28,3 +28,21 @@ def clients(stack: Stack) -> Iterator[tuple[LeaseClient, LeaseClient, LeaseClien
     with contextlib.ExitStack() as opened:
         a, b, c = (opened.enter_context(LeaseClient(stack.target)) for _ in range(3))
         yield a, b, c
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL per test module (scripts/postgres-scratch.sh), the fencing SQL applied."""
+    from fencing_stack import running_postgres
+
+    with running_postgres() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def redis_resource(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of its own per test module as the resource, `leased_fencing` loaded."""
+    from fencing_stack import running_redis_resource
+
+    with running_redis_resource(tmp_path_factory.mktemp("redis-resource")) as url:
+        yield url

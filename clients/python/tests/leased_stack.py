@@ -93,21 +93,28 @@ def redis_ping(port: int) -> None:
 
 
 @contextlib.contextmanager
-def running_stack(workdir: Path) -> Iterator[Stack]:
-    """Starts redis-server (no persistence) and leased on ephemeral loopback ports; stops both."""
-    redis_port, leased_port = free_port(), free_port()
-    redis_log, leased_log = workdir / "redis.log", workdir / "leased.log"
+def running_redis(workdir: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """Starts redis-server (no persistence) on an ephemeral loopback port; stops it at the end."""
+    port, log = free_port(), workdir / "redis.log"
     with contextlib.ExitStack() as cleanup:
         redis = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(port),
              "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-            stdout=cleanup.enter_context(redis_log.open("wb")),
+            stdout=cleanup.enter_context(log.open("wb")),
             stderr=subprocess.STDOUT,
         )
         cleanup.callback(stop, redis)
-        wait_until(lambda: answers(redis, redis_log, lambda: redis_ping(redis_port)),
+        wait_until(lambda: answers(redis, log, lambda: redis_ping(port)),
                    STARTUP_TIMEOUT_S, "redis-server")
+        yield port, redis
 
+
+@contextlib.contextmanager
+def running_stack(workdir: Path) -> Iterator[Stack]:
+    """Starts redis-server (no persistence) and leased on ephemeral loopback ports; stops both."""
+    leased_port, leased_log = free_port(), workdir / "leased.log"
+    with contextlib.ExitStack() as cleanup:
+        redis_port, redis = cleanup.enter_context(running_redis(workdir))
         target = f"127.0.0.1:{leased_port}"
         leased = subprocess.Popen(
             [str(leased_binary()), "serve", "--listen", target,

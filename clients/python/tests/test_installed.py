@@ -21,6 +21,10 @@ import leased_client
 README = HERE.parent / "README.md"
 # The address the README's blocks connect to; the test swaps in the stack's.
 README_TARGET = "127.0.0.1:50051"
+# The fencing blocks' PostgreSQL and Redis (the resource); swapped for the module's own, started
+# only when a block names them (conftest.py: the fencing SQL applied, the library loaded).
+README_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
+README_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def test_the_package_is_the_installed_wheel_without_build_tools() -> None:
@@ -46,11 +50,18 @@ def test_the_readme_has_python_blocks() -> None:
 
 
 @pytest.mark.parametrize("index", range(len(readme_blocks())))
-def test_a_readme_block_runs_against_the_server(stack: Stack, index: int) -> None:
+def test_a_readme_block_runs_against_the_server(
+    stack: Stack, index: int, request: pytest.FixtureRequest
+) -> None:
     code = readme_blocks()[index]
     assert README_TARGET in code, "each block connects to the documented address"
+    code = code.replace(README_TARGET, stack.target)
+    if README_POSTGRES in code:
+        code = code.replace(README_POSTGRES, request.getfixturevalue("postgres_url"))
+    if README_REDIS in code:
+        code = code.replace(README_REDIS, request.getfixturevalue("redis_resource"))
     result = subprocess.run(
-        [sys.executable, "-c", code.replace(README_TARGET, stack.target)],
+        [sys.executable, "-c", code],
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, f"block {index}:\n{code}\n{result.stdout}{result.stderr}"

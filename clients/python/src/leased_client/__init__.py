@@ -1,8 +1,9 @@
 """leased_client: the Python client of leased, a gRPC lease service with fencing tokens.
 
 The blocking API is here (`LeaseClient`, `Lease`, the reentrant and read-write locks, `Watch`);
-the asyncio one, on `grpc.aio`, is `leased_client.aio`. `pb` is the generated protobuf module of
-`lease.v1`, for raw requests. See the package's README for usage.
+the asyncio one, on `grpc.aio`, is `leased_client.aio`; fencing a resource with the tokens
+(PostgreSQL, Redis, a gRPC server interceptor) is `leased_client.fencing`. `pb` is the
+generated protobuf module of `lease.v1`, for raw requests. See the package's README for usage.
 """
 
 from ._blocking import Lease, LeaseClient, LockHold, ReadWriteLock, ReentrantLock, Watch
@@ -14,6 +15,7 @@ from ._common import (
     AcquireTimeout,
     FencedResource,
     HolderInfo,
+    InvalidTokenError,
     LeaseBusy,
     LeaseInfo,
     ListPage,
@@ -36,6 +38,7 @@ __all__ = [
     "AcquireTimeout",
     "FencedResource",
     "HolderInfo",
+    "InvalidTokenError",
     "Lease",
     "LeaseBusy",
     "LeaseClient",

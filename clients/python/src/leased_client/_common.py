@@ -502,9 +502,41 @@ def watch_event(event: pb.WatchEvent) -> WatchEvent:
 
 # --- Fencing on the resource's side ----------------------------------------------------------------
 
+#: The gRPC metadata of the fencing convention (the proto's header comment): a call to a fenced
+#: service carries the lease's name and its fencing token in canonical decimal.
+LEASE_NAME_METADATA = "leased-lease-name"
+FENCING_TOKEN_METADATA = "leased-fencing-token"
+
+
+def fencing_metadata(name: str, fencing_token: int) -> list[tuple[str, str]]:
+    """The metadata pairs a fenced gRPC service reads (`leased_client.fencing.FencingInterceptor`),
+    for a call's `metadata=`."""
+    return [(LEASE_NAME_METADATA, name), (FENCING_TOKEN_METADATA, str(fencing_token))]
+
+
 
 class StaleTokenError(Exception):
-    """A write carried a fencing token smaller than one the resource has already seen."""
+    """A write carried a fencing token smaller than one the resource has already seen: a newer
+    holder of the lease wrote, so this one lost its lease. Do not retry the write with this token.
+
+    `resource` is the resource key (a PostgreSQL resource or table row, a Redis mark key, a lease
+    name for the gRPC middleware), `token` the refused token, `mark` the largest token seen for
+    the resource (None when the store did not say).
+    """
+
+    def __init__(
+        self, message: str, *, resource: str = "", token: int = 0, mark: Optional[int] = None
+    ) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.token = token
+        self.mark = mark
+
+
+class InvalidTokenError(ValueError):
+    """Bad fencing input, refused before (or by) the resource: a token outside 1 to
+    9223372036854775807 (PostgreSQL's `bigint`), or a bad resource key. The message names the
+    argument (`token`, `resource`, `fencing_token`, or a metadata entry)."""
 
 
 class FencedResource:
@@ -530,7 +562,8 @@ class FencedResource:
             if fencing_token < highest:
                 raise StaleTokenError(
                     f"{name}: token {fencing_token} is older than token {highest}, "
-                    "which already wrote"
+                    "which already wrote",
+                    resource=name, token=fencing_token, mark=highest,
                 )
             self._highest_token[name] = fencing_token
             self._values[name] = value
@@ -635,6 +668,11 @@ class LockHoldBase(Generic[L]):
 
     def trusted_for_s(self) -> float:
         return self.lease.trusted_for_s()
+
+    def fencing_metadata(self) -> list[tuple[str, str]]:
+        """The lease's name and fencing token as the metadata pairs a fenced gRPC service reads:
+        `stub.Put(request, metadata=hold.fencing_metadata())`."""
+        return fencing_metadata(self.name, self.fencing_token)
 
     def __repr__(self) -> str:
         return f"LockHold({self.lease!r})"

@@ -52,6 +52,7 @@ from ._common import (
     acquire_request,
     check_timeout,
     describe_error,
+    fencing_metadata,
     lease_info,
     list_page,
     new_lease_id,
@@ -461,6 +462,12 @@ class Lease:
     def trusted_for_s(self) -> float:
         """Seconds for which the lease is certainly still ours (negative once that has passed)."""
         return self._trust.until - time.monotonic()
+
+    def fencing_metadata(self) -> list[tuple[str, str]]:
+        """The lease's name and fencing token as the metadata pairs a fenced gRPC service reads
+        (`leased-lease-name`, `leased-fencing-token`), for a call's `metadata=`:
+        `stub.Put(request, metadata=lease.fencing_metadata())`."""
+        return fencing_metadata(self.name, self.fencing_token)
 
     def renew_period_s(self) -> float:
         return self._trust.renew_period_s()
