@@ -25,6 +25,10 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# The fencing tests read the SQL and the Redis Functions library from the repository's fencing/
+# and start PostgreSQL with its scripts/postgres-scratch.sh.
+export LEASED_REPO="$repo"
+
 target="${CARGO_TARGET_DIR:-$repo/target}"
 if [[ -z "${LEASED_BIN:-}" ]]; then
   export LEASED_BIN="$target/debug/leased"
