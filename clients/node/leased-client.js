@@ -48,23 +48,7 @@ import protoLoader from '@grpc/proto-loader';
 
 import { fencingMetadata } from './fencing.js';
 
-export {
-  FENCING_TOKEN_METADATA,
-  FencingInputError,
-  InProcessMarks,
-  LEASE_NAME_METADATA,
-  MAX_FENCING_TOKEN,
-  POSTGRES_STALE_TOKEN,
-  PostgresMarks,
-  RedisFencing,
-  RedisMarks,
-  StaleTokenError,
-  fencePostgres,
-  fencingInterceptor,
-  fencingMetadata,
-  postgresFencingError,
-  toFencingToken,
-} from './fencing.js';
+export * from './fencing.js';
 
 export const { status } = grpc;
 

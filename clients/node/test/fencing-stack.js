@@ -119,25 +119,26 @@ export function fencingResources() {
   return resources;
 }
 
-// The Store service: Put({resource, value}) -> {previous}. JSON messages: a real gRPC service
+// The Store service: Put({resource, value}) -> {previous}, and Read({resource}) -> a stream of
+// {value}, to show that streams are checked when they start. JSON messages: a real gRPC service
 // over TCP, without a proto to compile.
-const json = {
-  serialize: (value) => Buffer.from(JSON.stringify(value)),
-  deserialize: (buffer) => JSON.parse(buffer.toString()),
-};
-export const STORE_SERVICE = {
-  put: {
-    path: '/fencingtest.Store/Put',
+function jsonMethod(name, { responseStream }) {
+  const serialize = (value) => Buffer.from(JSON.stringify(value));
+  const deserialize = (buffer) => JSON.parse(buffer.toString());
+  return {
+    path: `/fencingtest.Store/${name}`,
     requestStream: false,
-    responseStream: false,
-    requestSerialize: json.serialize,
-    requestDeserialize: json.deserialize,
-    responseSerialize: json.serialize,
-    responseDeserialize: json.deserialize,
-  },
+    responseStream,
+    requestSerialize: serialize,
+    requestDeserialize: deserialize,
+    responseSerialize: serialize,
+    responseDeserialize: deserialize,
+  };
+}
+export const STORE_SERVICE = {
+  put: jsonMethod('Put', { responseStream: false }),
+  read: jsonMethod('Read', { responseStream: true }),
 };
-// A server-streaming method, to show that streams are checked when they start.
-STORE_SERVICE.read = { ...STORE_SERVICE.put, path: '/fencingtest.Store/Read', responseStream: true };
 export const StoreClient = grpc.makeGenericClientConstructor(STORE_SERVICE, 'Store');
 
 /**

@@ -5,7 +5,10 @@
 // bad input; the 2^63 - 1 boundary; tokens above 2^53 kept exact.
 
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 
 import pg from 'pg';
 
@@ -226,4 +229,33 @@ describe('Redis as the resource', () => {
     }
     assertOnlyIncreasing(t, 'redis', outcome, history);
   });
+});
+
+test('the fencing example writes to all three with its token, and reports stale refusals', { timeout: 60_000 }, async (t) => {
+  const example = fileURLToPath(new URL('node_modules/leased-client/examples/fencing.js', import.meta.url));
+  const name = 'fencing-example';
+  const run = () =>
+    promisify(execFile)(
+      process.execPath,
+      [example, '--target', resources.stack.target, '--name', name,
+        '--postgres', resources.postgres.url, '--redis', resources.redis.url],
+      { timeout: 30_000 },
+    ).then(({ stdout }) => ({ code: 0, stdout }), (error) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }));
+
+  const first = await run();
+  assert.equal(first.code, 0, `${first.stdout}${first.stderr}`);
+  const token = BigInt(/postgres: written with fencing token ([0-9]+)/.exec(first.stdout)[1]);
+  assert.match(first.stdout, new RegExp(`redis: written with fencing token ${token}`));
+  assert.match(first.stdout, new RegExp(`grpc: a call with the older token ${token - 1n}: FAILED_PRECONDITION: ` +
+    `stale fencing token ${token - 1n} for lease "${name}": the highest seen is ${token}`));
+  assert.match(first.stdout, new RegExp(`grpc: written with fencing token ${token}`));
+
+  // A newer holder (here: the largest token there is) wrote to PostgreSQL and Redis meanwhile.
+  await withPostgres((db) => fencePostgres(db, `report:${name}`, MAX_FENCING_TOKEN));
+  await withRedis((fencing) => fencing.fence(`fence:{${name}}`, MAX_FENCING_TOKEN));
+  const second = await run();
+  assert.equal(second.code, 1, `${second.stdout}${second.stderr}`);
+  assert.match(second.stdout, /postgres: refused, stale fencing token [0-9]+ for "report:fencing-example": the highest seen is 9223372036854775807/);
+  assert.match(second.stdout, /redis: refused, stale fencing token [0-9]+ for "fence:\{fencing-example\}": the highest seen is 9223372036854775807/);
+  t.diagnostic(second.stdout.trim().split('\n').join(' | '));
 });
