@@ -545,6 +545,9 @@ export function fencingInterceptor({ marks = new InProcessMarks(), required = tr
             grpc.status.FAILED_PRECONDITION,
             `stale fencing token ${token} for lease ${JSON.stringify(name)}: the highest seen is ${error.mark ?? 'unknown'}`,
           );
+        } else if (error instanceof FencingInputError) {
+          // e.g. a key prefix and name over PostgreSQL's 1024 bytes: the caller's to fix.
+          refuse(grpc.status.INVALID_ARGUMENT, `${LEASE_NAME_METADATA}: ${error.message}`);
         } else {
           refuse(grpc.status.UNAVAILABLE, `the fencing mark store failed: ${error?.message ?? error}`);
         }
