@@ -214,7 +214,7 @@ describe('the interceptor with marks in PostgreSQL and Redis', () => {
   });
 });
 
-describe("the interceptor, Kleppmann's scenario", { concurrency: true }, () => {
+describe("the interceptor, Kleppmann's scenario", { concurrency: 2 }, () => {
   const markStores = {
     'in-process': () => new InProcessMarks(),
     postgres: () => {
