@@ -4,7 +4,7 @@
 
 import { EventEmitter } from 'node:events';
 
-import type { ChannelCredentials, ChannelOptions, Interceptor, ServiceError } from '@grpc/grpc-js';
+import type { ChannelCredentials, ChannelOptions, Interceptor, Metadata, ServerInterceptor, ServiceError } from '@grpc/grpc-js';
 
 /** grpc-js's status codes: compare them with a rejection's `code`. */
 export { status } from '@grpc/grpc-js';
@@ -207,6 +207,11 @@ export class Lease extends EventEmitter {
   release(): Promise<boolean>;
   /** Same as `release()`. */
   close(): Promise<boolean>;
+  /**
+   * `leased-lease-name` and `leased-fencing-token` of this grant, for a call to a fenced service:
+   * added to `metadata` if given, else to a new Metadata.
+   */
+  fencingMetadata(metadata?: Metadata): Metadata;
 
   on(event: 'lost', listener: (reason: LeaseLostError) => void): this;
   on(event: string | symbol, listener: (...args: any[]) => void): this;
@@ -235,3 +240,102 @@ export class ReadWriteLock {
   read(options?: Partial<AcquireOptions>): Promise<Lease | NotGranted>;
   write(options?: Partial<AcquireOptions>): Promise<Lease | NotGranted>;
 }
+
+// Fencing (fencing.js): the token checked where the data lives.
+
+/** A fencing token as the helpers take it: a BigInt, a decimal string, or a safe-integer Number. */
+export type FencingTokenInput = bigint | string | number;
+
+/** The metadata entry that carries the lease's name. */
+export const LEASE_NAME_METADATA: 'leased-lease-name';
+/** The metadata entry that carries the grant's fencing token, in decimal. */
+export const FENCING_TOKEN_METADATA: 'leased-fencing-token';
+/** 2^63 - 1, the largest token a fenced resource accepts. */
+export const MAX_FENCING_TOKEN: bigint;
+/** The SQLSTATE of a stale token in PostgreSQL (leased.fence and the row trigger): 'LF001'. */
+export const POSTGRES_STALE_TOKEN: 'LF001';
+
+/** The resource has seen a larger token: a newer holder wrote; stop writing with this one. */
+export class StaleTokenError extends Error {
+  constructor(token: bigint, mark: bigint | null, resource: string, options?: { cause?: unknown });
+  readonly name: 'StaleTokenError';
+  /** The refused token. */
+  readonly token: bigint;
+  /** The largest token the resource has seen (null if it did not say). */
+  readonly mark: bigint | null;
+  /** The resource key, the Redis mark key, or the lease name. */
+  readonly resource: string;
+}
+
+/** Bad input to a fencing helper or a fenced resource; nothing was written. */
+export class FencingInputError extends Error {
+  constructor(argument: string, message: string, options?: { cause?: unknown });
+  readonly name: 'FencingInputError';
+  /** What was wrong: 'token', 'resource', 'fields', 'keys', a metadata entry... */
+  readonly argument: string;
+}
+
+/** `value` as a token from 1 to 2^63 - 1; a Number above 2^53 - 1 is refused, never rounded. */
+export function toFencingToken(value: FencingTokenInput, argument?: string): bigint;
+
+/** What the PostgreSQL helpers need of a `pg` Client, PoolClient or Pool. */
+export interface PostgresQueryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+/** `SELECT leased.fence(resource, token)` in the caller's transaction; resolves to the mark. */
+export function fencePostgres(client: PostgresQueryable, resource: string, token: FencingTokenInput): Promise<bigint>;
+/** The StaleTokenError (LF001) or FencingInputError (22023) a `pg` error stands for, else the error. */
+export function postgresFencingError(error: unknown, resource?: string, token?: bigint): unknown;
+
+/** Sends one Redis command (an array of strings), resolving to its reply. */
+export type RedisSendCommand = (args: string[]) => Promise<unknown>;
+
+/** Fenced writes to Redis through the leased_fencing Functions library. */
+export class RedisFencing {
+  constructor(sendCommand: RedisSendCommand);
+  /** FCALL leased_fence: check and record only; resolves to the mark. */
+  fence(markKey: string, token: FencingTokenInput): Promise<bigint>;
+  /** FCALL leased_set: SET's reply. */
+  set(markKey: string, key: string, token: FencingTokenInput, value: string, ...setOptions: string[]): Promise<unknown>;
+  /** FCALL leased_hset: the number of fields added. */
+  hset(markKey: string, key: string, token: FencingTokenInput, fields: Record<string, string> | string[]): Promise<number>;
+  /** FCALL leased_del: the number of keys removed. */
+  del(markKey: string, keys: string[], token: FencingTokenInput): Promise<number>;
+}
+
+/** Where the gRPC middleware keeps the largest token accepted per lease name. */
+export interface FenceMarks {
+  /** Rejects with a StaleTokenError below the mark; else records `token` and resolves to it. */
+  fence(name: string, token: bigint): Promise<bigint>;
+}
+
+/** The default: marks in this process, only as durable as the process. */
+export class InProcessMarks implements FenceMarks {
+  fence(name: string, token: bigint): Promise<bigint>;
+}
+
+/** Marks in PostgreSQL: `leased.fence(keyPrefix + name, token)`, each in its own transaction. */
+export class PostgresMarks implements FenceMarks {
+  constructor(db: PostgresQueryable, options?: { keyPrefix?: string });
+  fence(name: string, token: bigint): Promise<bigint>;
+}
+
+/** Marks in Redis: `FCALL leased_fence 1 <keyPrefix><name> <token>`. */
+export class RedisMarks implements FenceMarks {
+  constructor(sendCommand: RedisSendCommand, options?: { keyPrefix?: string });
+  fence(name: string, token: bigint): Promise<bigint>;
+}
+
+export interface FencingInterceptorOptions {
+  /** Default: an InProcessMarks of the interceptor's own. */
+  marks?: FenceMarks;
+  /** Default true: a call without the fencing metadata is INVALID_ARGUMENT; false lets it pass. */
+  required?: boolean;
+}
+
+/** A server interceptor that makes every method of a grpc-js Server a fenced resource. */
+export function fencingInterceptor(options?: FencingInterceptorOptions): ServerInterceptor;
+
+/** `leased-lease-name` and `leased-fencing-token`, added to `metadata` (or a new Metadata). */
+export function fencingMetadata(name: string, token: FencingTokenInput, metadata?: Metadata): Metadata;

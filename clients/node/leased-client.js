@@ -21,6 +21,12 @@
 //   const rw = new ReadWriteLock(client, 'catalog', { ttlMs: 15_000, waitMs: 60_000 });
 //   const reading = await rw.read(); // or rw.write(): a Lease (or NotGranted), as acquire gives
 //
+// Fencing: the token checked where the data lives (PostgreSQL, Redis, your own gRPC services),
+// from ./fencing.js, re-exported here; a call to a fenced service carries the grant's metadata:
+//
+//   await fencePostgres(db, 'orders', lease.fencingToken); // in the writer's transaction
+//   stub.put(request, lease.fencingMetadata(), callback);
+//
 // Leader election's followers watch who holds a lease:
 //
 //   for await (const event of client.watch('leader/scheduler', { signal })) {
@@ -39,6 +45,10 @@ import { debuglog } from 'node:util';
 
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
+
+import { fencingMetadata } from './fencing.js';
+
+export * from './fencing.js';
 
 export const { status } = grpc;
 
@@ -666,6 +676,18 @@ export class Lease extends EventEmitter {
   /** Same as `release()`. */
   close() {
     return this.release();
+  }
+
+  /**
+   * The metadata a call to a fenced service carries: `leased-lease-name` (this lease's name) and
+   * `leased-fencing-token` (its token, in decimal), added to `metadata` if given, else to a new
+   * grpc.Metadata. Pass it as the call's metadata: `stub.put(request, lease.fencingMetadata(), cb)`.
+   *
+   * @param {grpc.Metadata} [metadata]
+   * @returns {grpc.Metadata}
+   */
+  fencingMetadata(metadata) {
+    return fencingMetadata(this.name, this.fencingToken, metadata);
   }
 
   async #keepAlive(requestedAt) {

@@ -233,7 +233,12 @@ test("the README's code blocks are excerpts of the examples, which the tests run
   const readme = readFileSync(installed('README.md'), 'utf8');
   const blocks = [...readme.matchAll(/```js\n\/\/ (examples\/[\w-]+\.js)\n([^]*?)```/g)];
   const shown = new Set(blocks.map(([, file]) => file));
-  assert.deepEqual([...shown].sort(), ['examples/guard.js', 'examples/leader-election.js', 'examples/locks.js']);
+  assert.deepEqual([...shown].sort(), [
+    'examples/fencing.js',
+    'examples/guard.js',
+    'examples/leader-election.js',
+    'examples/locks.js',
+  ]);
   for (const [, file, code] of blocks) {
     assert.ok(readFileSync(installed(file), 'utf8').includes(code), `the README shows ${file} otherwise:\n${code}`);
   }

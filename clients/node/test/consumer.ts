@@ -2,8 +2,27 @@
 // installed package (never run): the main API as a user would write it. An edit of
 // leased-client.d.ts that breaks this breaks users' builds.
 
+import grpc from '@grpc/grpc-js';
+import pg from 'pg';
+import { createClient } from 'redis';
+
 import {
   type AcquireOptions,
+  type FenceMarks,
+  FENCING_TOKEN_METADATA,
+  FencingInputError,
+  InProcessMarks,
+  LEASE_NAME_METADATA,
+  MAX_FENCING_TOKEN,
+  PostgresMarks,
+  RedisFencing,
+  RedisMarks,
+  StaleTokenError,
+  fencePostgres,
+  fencingInterceptor,
+  fencingMetadata,
+  postgresFencingError,
+  toFencingToken,
   type HolderInfo,
   Lease,
   LeaseClient,
@@ -99,4 +118,41 @@ export async function follow(stop: AbortSignal): Promise<string[]> {
   console.log(revoked.revoked, revoked.fencingToken);
   await client.close();
   return leaders;
+}
+
+// Fencing: the user's own pg and node-redis clients, a grpc-js server and the guard's metadata.
+export async function fence(lease: Lease): Promise<bigint> {
+  const db = new pg.Client();
+  await db.connect();
+  await db.query('BEGIN');
+  let mark: bigint;
+  try {
+    mark = await fencePostgres(db, 'orders', lease.fencingToken);
+    await db.query('COMMIT');
+  } catch (error) {
+    await db.query('ROLLBACK');
+    const mapped = postgresFencingError(error);
+    if (mapped instanceof StaleTokenError) {
+      const seen: bigint | null = mapped.mark;
+      console.log(mapped.token, seen, mapped.resource);
+    }
+    if (error instanceof FencingInputError) console.log(error.argument);
+    throw mapped;
+  }
+  const pool = new pg.Pool();
+  const redis = createClient();
+  const fencing = new RedisFencing((args) => redis.sendCommand(args));
+  await fencing.set('fence:{o}', '{o}:a', '1800000000000000', 'v', 'PX', '5000');
+  const added: number = await fencing.hset('fence:{o}', '{o}:h', 5, { field: 'value' });
+  const removed: number = await fencing.del('fence:{o}', ['{o}:a'], MAX_FENCING_TOKEN);
+  console.log(added, removed, await fencing.fence('fence:{o}', toFencingToken('7')));
+  const stores: FenceMarks[] = [
+    new InProcessMarks(),
+    new PostgresMarks(pool, { keyPrefix: 'svc:' }),
+    new RedisMarks((args) => redis.sendCommand(args)),
+  ];
+  const server = new grpc.Server({ interceptors: [fencingInterceptor({ marks: stores[1], required: false })] });
+  const metadata: grpc.Metadata = lease.fencingMetadata(fencingMetadata('other', 5n));
+  console.log(server, metadata.get(LEASE_NAME_METADATA), metadata.get(FENCING_TOKEN_METADATA));
+  return mark;
 }

@@ -23,7 +23,7 @@ export function leasedBinary() {
 }
 
 /** A free loopback port (the OS picks it; a race with other processes is unlikely). */
-async function freePort() {
+export async function freePort() {
   const server = createServer();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -33,8 +33,8 @@ async function freePort() {
   return port;
 }
 
-/** Polls `check` until it resolves; fails if `process` exits first or after the timeout. */
-async function waitUntilReady(child, logPath, what, check) {
+/** Polls `check` until it resolves; fails if `child` exits first or after the timeout. */
+export async function waitUntilReady(child, logPath, what, check) {
   const deadline = performance.now() + STARTUP_TIMEOUT_MS;
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null) {
@@ -66,7 +66,7 @@ function redisPing(port) {
   });
 }
 
-function startProcess(command, args, logPath) {
+export function startProcess(command, args, logPath) {
   const log = createWriteStream(logPath);
   const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   child.stdout.pipe(log);
@@ -85,6 +85,29 @@ export async function kill(child, signal = 'SIGTERM') {
 }
 
 /**
+ * A redis-server of its own on a free loopback port, without persistence, logging into `dir`.
+ *
+ * @param {string} dir
+ * @returns {Promise<{port: number, url: string, process: import('node:child_process').ChildProcess}>}
+ */
+export async function startRedis(dir) {
+  const port = await freePort();
+  const log = join(dir, `redis-${port}.log`);
+  const redis = startProcess(
+    'redis-server',
+    ['--bind', '127.0.0.1', '--port', String(port), '--save', '', '--appendonly', 'no', '--dir', dir],
+    log,
+  );
+  try {
+    await waitUntilReady(redis, log, 'redis-server', () => redisPing(port));
+  } catch (error) {
+    await kill(redis);
+    throw error;
+  }
+  return { port, url: `redis://127.0.0.1:${port}`, process: redis };
+}
+
+/**
  * A running redis-server and leased. `stop()` ends both and removes the temporary directory.
  *
  * @returns {Promise<{target: string, leased: import('node:child_process').ChildProcess,
@@ -92,28 +115,18 @@ export async function kill(child, signal = 'SIGTERM') {
  */
 export async function startStack() {
   const dir = mkdtempSync(join(tmpdir(), 'leased-node-'));
-  const redisPort = await freePort();
-  const redisLog = join(dir, 'redis.log');
-  const redis = startProcess(
-    'redis-server',
-    ['--bind', '127.0.0.1', '--port', String(redisPort), '--save', '', '--appendonly', 'no', '--dir', dir],
-    redisLog,
-  );
+  let redis = null;
   let leased = null;
   const stop = async () => {
     if (leased) await kill(leased);
-    await kill(redis);
+    if (redis) await kill(redis.process);
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await waitUntilReady(redis, redisLog, 'redis-server', () => redisPing(redisPort));
+    redis = await startRedis(dir);
     const target = `127.0.0.1:${await freePort()}`;
     const leasedLog = join(dir, 'leased.log');
-    leased = startProcess(
-      leasedBinary(),
-      ['serve', '--listen', target, '--redis-url', `redis://127.0.0.1:${redisPort}`],
-      leasedLog,
-    );
+    leased = startProcess(leasedBinary(), ['serve', '--listen', target, '--redis-url', redis.url], leasedLog);
     const probe = new LeaseClient(target, { rpcTimeoutMs: 1000 });
     try {
       await waitUntilReady(leased, leasedLog, 'leased', () => probe.describe('node-ready'));
