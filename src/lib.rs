@@ -4,7 +4,9 @@
 //! Cargo features: `server` (the default) builds everything below; `client` alone builds only
 //! [`client`] and [`proto`], without any of the server's crates (no Redis client, HTTP server,
 //! Prometheus or TLS server side): `leased = { default-features = false, features =
-//! ["client"] }`. `client-tls` adds `https://` endpoints to the client.
+//! ["client"] }`. `client-tls` adds `https://` endpoints to the client. `fencing-postgres` and
+//! `fencing-redis` (both in the default build) add the fencing adapters
+//! `fencing::postgres` (tokio-postgres) and `fencing::redis` (fred).
 //!
 //! - [`proto`]: the generated `lease.v1` types and client (and server, with `server`).
 //! - [`client`]: the Rust client: `LeaseClient` and the self-renewing `LeaseGuard`.

@@ -24,6 +24,8 @@
 //!   event delivered to each while the name is granted and released 100 times a second.
 //! - [`idle`]: what idle waiters and watchers cost while nothing changes: Redis calls and CPU per
 //!   second, the replicas' CPU, their memory per waiter and per watcher.
+//! - [`fenced_write`]: what fencing costs a write to PostgreSQL and to Redis as the resource,
+//!   against the same write without the token, in turns.
 //! - [`redis_calls`]: Redis calls per grant, release, hand-over and watched change.
 //! - [`commandstats`]: Redis calls as `INFO commandstats` counts them.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
@@ -35,6 +37,7 @@ mod durable;
 mod etcd;
 mod fair;
 mod fanout;
+mod fenced_write;
 mod handoff;
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
@@ -295,6 +298,11 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("watch_fanout", watch_fanout(&run));
     scenario!("idle_waiting", idle_waiting(&run));
     scenario!("redis_calls", redis_calls(&run));
+    scenario!(
+        "fenced_write_postgres",
+        fenced_write::fenced_write_postgres(&run)
+    );
+    scenario!("fenced_write_redis", fenced_write::fenced_write_redis(&run));
     scenario!(
         "hostile_connections",
         hostile::hostile_connections(&run.redis.url(), &run.args.server_log, run.args.quick)

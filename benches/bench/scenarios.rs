@@ -119,7 +119,13 @@ async fn grpc_cycle_turn(run: &Run, scenario: &str, round: u32) -> BenchResult<S
 /// The row of the side of `turns` that ran between the other's rounds, with the ratio measured in
 /// turns with `other` (what ran around it): the merged rounds in the row's columns, each turn's
 /// ratio and their median in `in_turns`, the other side's throughput and CPU beside it.
-fn paired_row(name: String, note: String, other: &str, turns: Turns, ratio: &TurnRatio) -> Row {
+pub(crate) fn paired_row(
+    name: String,
+    note: String,
+    other: &str,
+    turns: Turns,
+    ratio: &TurnRatio,
+) -> Row {
     let (others, samples) = (Samples::merge(turns.around), Samples::merge(turns.between));
     let other_cpu = Row::new("", &others, "").extra.remove("cpu_us_per_op");
     Row::new(

@@ -1,6 +1,6 @@
 //! The `leased` command line: `serve`, and the client subcommands `acquire`, `release`,
-//! `describe`, `run` (flock(1) for a fleet), `watch` and `check`, and the operators' `list` and
-//! `revoke`.
+//! `describe`, `run` (flock(1) for a fleet), `watch` and `check`, the operators' `list` and
+//! `revoke`, and `fencing`, which prints the fencing adapters' SQL and Redis Functions.
 //!
 //! Text that comes from the server (holders, names, lease ids, reasons, error messages) is never
 //! printed raw: a holder written by an older server or straight into Redis may hold terminal
@@ -8,6 +8,7 @@
 //! with `{:?}`); `--json` output escapes them as JSON `\uXXXX` (`json_line`).
 
 mod admin;
+mod fencing;
 mod run;
 mod watch;
 
@@ -78,6 +79,11 @@ pub enum Command {
     /// at once, and its holder's next renewal answers lost with the reason. Needs a token with
     /// the `revoke` operation where access control is on.
     Revoke(admin::RevokeArgs),
+    /// Print a fencing adapter for your resource: `leased fencing sql | psql "$DATABASE_URL"`
+    /// (PostgreSQL), `leased fencing redis-functions | redis-cli -x FUNCTION LOAD REPLACE`
+    /// (Redis).
+    #[command(subcommand_value_name = "FILE", subcommand_help_heading = "Files")]
+    Fencing(fencing::FencingArgs),
 }
 
 /// Where the server is, and how to talk to it.
@@ -215,6 +221,7 @@ pub async fn run_client(command: Command) -> ExitCode {
         Command::Check(args) => watch::check(args).await,
         Command::List(args) => admin::list(args).await,
         Command::Revoke(args) => admin::revoke(args).await,
+        Command::Fencing(args) => return fencing::print(args),
     };
     result.unwrap_or_else(|error| {
         eprintln!("leased: {}", Escaped(&error.to_string()));

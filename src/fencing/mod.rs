@@ -13,6 +13,13 @@
 
 use std::fmt;
 
+#[cfg(feature = "fencing-postgres")]
+pub mod postgres;
+#[cfg(any(feature = "fencing-postgres", feature = "fencing-redis"))]
+mod prefixed;
+#[cfg(feature = "fencing-redis")]
+pub mod redis;
+
 /// The gRPC metadata (HTTP header) names of the fencing convention: a call to a fenced service
 /// carries the lease's name and its fencing token in decimal. The proto's header comment is the
 /// contract.

@@ -8,7 +8,7 @@ pub mod harness;
 
 #[allow(unused_imports)] // each test binary uses a different part
 pub use harness::{
-    free_port,
+    build_example, free_port,
     leased::{Leased, LeasedProcess, Log, test_config},
     log_dir, proxy,
     redis::RedisServer,

@@ -7,6 +7,7 @@
 //! - [`cluster`]: a Redis Cluster of three masters, with or without a replica each (a master
 //!   killed, failed over and back as a replica).
 //! - [`etcd`]: a one-member etcd.
+//! - [`postgres`]: a scratch PostgreSQL (`scripts/postgres-scratch.sh`) and `psql`.
 //! - [`leased`]: `leased` in this process ([`leased::Leased`]) or as a child process of the real
 //!   binary ([`leased::LeasedProcess`]), and the one wait for SERVING over `grpc.health.v1`.
 //! - [`proxy`]: a fault-injecting TCP proxy for the link to Redis.
@@ -24,6 +25,7 @@ pub mod etcd;
 pub mod flood;
 pub mod leased;
 pub mod otlp;
+pub mod postgres;
 pub mod proc;
 pub mod proxy;
 pub mod redis;
@@ -139,4 +141,54 @@ impl Drop for Owned {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Builds the example with the cargo that builds this test, into the same target directory and
+/// profile, and returns its path. A plain `cargo test` has built it already (this is then a quick
+/// no-op); `cargo test --test <one test binary>` has not, or may have left an old build.
+pub fn build_example(name: &str) -> PathBuf {
+    // This test runs from <target>/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let target_dir = profile_dir.parent().expect("target directory");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", target_dir)
+        .args(["build", "--quiet", "--locked", "--example", name]);
+    // Cargo gives this test the variables it sets for a crate (OUT_DIR, CARGO_MANIFEST_DIR,
+    // CARGO_PKG_*, ...). Passed on, they make build scripts that watch them (ring's) look changed,
+    // and the nested build would rebuild half the tree on every run.
+    for (variable, _) in std::env::vars_os() {
+        let name = variable.to_string_lossy();
+        let set_for_crates = [
+            "OUT_DIR",
+            "CARGO_MANIFEST_",
+            "CARGO_PKG_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+        ];
+        if set_for_crates.iter().any(|prefix| name.starts_with(prefix)) {
+            cargo.env_remove(&variable);
+        }
+    }
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => {}
+        Some("release") => {
+            cargo.arg("--release");
+        }
+        Some(other) => {
+            cargo.args(["--profile", other]);
+        }
+        None => panic!("unexpected test path {}", exe.display()),
+    }
+    let status = cargo.status().expect("cannot run cargo");
+    assert!(status.success(), "cargo build --example {name}: {status}");
+    profile_dir.join("examples").join(name)
 }
