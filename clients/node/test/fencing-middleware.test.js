@@ -25,13 +25,18 @@ import {
 import { StoreClient, fencingResources, readResource, redisClient, startStoreService } from './fencing-stack.js';
 import { assertKleppmann, assertOnlyIncreasing, concurrentWriters, kleppmann } from './fencing-scenarios.js';
 
-const resources = fencingResources();
-const TWO_53 = 2n ** 53n;
-/** Services and clients made by the tests, closed after them. */
+/**
+ * Services, clients and pools made by the tests, closed after them. Registered before
+ * fencingResources() registers its own `after`: node:test runs `after` hooks in the order they
+ * were registered, so the pools end before PostgreSQL stops (an idle pool connection that the
+ * server ends raises an error after the test).
+ */
 const cleanups = [];
 after(async () => {
   for (const cleanup of cleanups.reverse()) await cleanup();
 });
+const resources = fencingResources();
+const TWO_53 = 2n ** 53n;
 
 async function service(options) {
   const store = await startStoreService(options);
