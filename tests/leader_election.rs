@@ -8,7 +8,7 @@ mod common;
 
 use std::{
     io::{BufRead, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -21,56 +21,6 @@ use leased::client::{CurrentHolder, LeaseClient};
 const TTL: &str = "2s";
 /// How long each wait of the test may take: startup of three processes, one TTL, slack.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Builds the example with the cargo that builds this test, into the same target directory and
-/// profile, and returns its path. A plain `cargo test` has built it already (this is then a quick
-/// no-op); `cargo test --test leader_election` has not, or may have left an old build.
-fn build_example(name: &str) -> PathBuf {
-    // This test runs from <target>/<profile>/deps/.
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let target_dir = profile_dir.parent().expect("target directory");
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", target_dir)
-        .args(["build", "--quiet", "--locked", "--example", name]);
-    // Cargo gives this test the variables it sets for a crate (OUT_DIR, CARGO_MANIFEST_DIR,
-    // CARGO_PKG_*, ...). Passed on, they make build scripts that watch them (ring's) look changed,
-    // and the nested build would rebuild half the tree on every run.
-    for (variable, _) in std::env::vars_os() {
-        let name = variable.to_string_lossy();
-        let set_for_crates = [
-            "OUT_DIR",
-            "CARGO_MANIFEST_",
-            "CARGO_PKG_",
-            "CARGO_CRATE_",
-            "CARGO_BIN_",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "CARGO_RUSTC_CURRENT_DIR",
-        ];
-        if set_for_crates.iter().any(|prefix| name.starts_with(prefix)) {
-            cargo.env_remove(&variable);
-        }
-    }
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
-        Some("release") => {
-            cargo.arg("--release");
-        }
-        Some(other) => {
-            cargo.args(["--profile", other]);
-        }
-        None => panic!("unexpected test path {}", exe.display()),
-    }
-    let status = cargo.status().expect("cannot run cargo");
-    assert!(status.success(), "cargo build --example {name}: {status}");
-    profile_dir.join("examples").join(name)
-}
 
 /// One candidate process, killed on drop, and what it printed so far.
 struct Candidate {
