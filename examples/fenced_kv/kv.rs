@@ -84,6 +84,7 @@ impl Reader for Kv {
     }
 }
 
+// ANCHOR: serve
 /// Serves `kv` on `listener` until the process ends: Reader plain, and Writer behind `fencing`
 /// (`None`: unfenced, to show what fencing prevents).
 pub async fn serve(
@@ -102,6 +103,7 @@ pub async fn serve(
         .serve_with_incoming(TcpListenerStream::new(listener))
         .await
 }
+// ANCHOR_END: serve
 
 /// A duration from 0 to `max`, at random (std's hasher keys are random per process).
 pub fn random_up_to(max: Duration) -> Duration {

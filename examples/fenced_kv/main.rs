@@ -101,6 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             key,
             value,
         } => {
+            // ANCHOR: put
             let client = LeaseClient::connect(leased).await?;
             let mut writer = WriterClient::connect(store).await?;
             let guard = match client
@@ -125,6 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok(_) => println!("put accepted: {key} = {value:?} with fencing token {token}"),
                 Err(status) => println!("put refused: {:?}: {}", status.code(), status.message()),
             }
+            // ANCHOR_END: put
             // The lease may be gone already (that is the point); nothing to do if so.
             let _ = guard.release().await;
         }
