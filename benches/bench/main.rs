@@ -14,6 +14,8 @@
 //!   with a replica, against `--redis-wait-replicas 0` in turns with it.
 //! - [`tracing_cost`]: what `--otlp-endpoint` costs `grpc_cycle@64`, against no tracing in turns
 //!   with it.
+//! - [`fencing_cost`]: what the fencing middleware (`leased::fencing::FencingLayer`) costs a
+//!   gRPC call of `examples/fenced_kv`'s store, against the same store unfenced in turns with it.
 //! - [`handoff`]: release-to-grant latency with waiters lined up.
 //! - [`fair`]: callers on two replicas taking turns on one name (FIFO fairness), and what a queued
 //!   waiter costs in Redis.
@@ -38,11 +40,14 @@ mod etcd;
 mod fair;
 mod fanout;
 mod fenced_write;
+mod fencing_cost;
 mod handoff;
 #[path = "../../tests/harness/mod.rs"]
 mod harness;
 mod hostile;
 mod idle;
+#[path = "../../examples/fenced_kv/kv.rs"]
+mod kv;
 mod measure;
 mod peers;
 mod procs;
@@ -282,6 +287,7 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("grpc_cycle_memory", grpc_cycle_memory(&run));
     scenario!("grpc_renew", grpc_renew(&run));
     scenario!("tracing_cost", tracing_cost::tracing_cost(&run));
+    scenario!("fencing_cost", fencing_cost::fencing_cost(&run));
     // Not in --quick (CI) unless named: four servers in turns on a Redis pair of its own take 18 s
     // even there.
     if run.wants_beyond_quick("durable_grants") {

@@ -112,6 +112,29 @@ impl LeaseGuard {
         self.shared
     }
 
+    /// The metadata a call to a fenced service carries (`leased-lease-name` and
+    /// `leased-fencing-token`): the service's fencing middleware refuses the call once a newer
+    /// grant of the name has called it. Add it to a request with
+    /// [`fenced_request`](Self::fenced_request), or to every call of a client with
+    /// [`fencing_interceptor`](Self::fencing_interceptor).
+    pub fn fencing_metadata(&self) -> tonic::metadata::MetadataMap {
+        self.fencing_interceptor().metadata()
+    }
+
+    /// `message` as a request that carries this grant's fencing metadata:
+    /// `client.put(guard.fenced_request(PutRequest { .. })).await`.
+    pub fn fenced_request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        self.fencing_interceptor().attach(request.metadata_mut());
+        request
+    }
+
+    /// A tonic interceptor that adds this grant's fencing metadata to every call of a client:
+    /// `FooClient::with_interceptor(channel, guard.fencing_interceptor())`.
+    pub fn fencing_interceptor(&self) -> crate::fencing::FencingInterceptor {
+        crate::fencing::FencingInterceptor::new(&self.name, self.fencing_token)
+    }
+
     /// True once the lease must no longer be trusted.
     pub fn is_lost(&self) -> bool {
         self.lost.borrow().is_some()

@@ -9,7 +9,19 @@
 //! - Redis as the resource: the `leased_fencing` Functions library in
 //!   `fencing/redis/leased_fencing.lua`;
 //! - your own gRPC services: a middleware that keeps a mark per lease name and refuses calls whose
-//!   `leased-fencing-token` is below it.
+//!   `leased-fencing-token` is below it: [`FencingLayer`], a tower layer for tonic servers, with
+//!   its marks in process ([`InProcessMarks`], the default) or in any [`FenceMarks`] store. The
+//!   caller's side: [`LeaseGuard::fencing_metadata`](crate::client::LeaseGuard::fencing_metadata),
+//!   [`LeaseGuard::fenced_request`](crate::client::LeaseGuard::fenced_request) and
+//!   [`FencingInterceptor`] attach the metadata.
+
+mod attach;
+mod in_process;
+mod layer;
+
+pub use attach::FencingInterceptor;
+pub use in_process::InProcessMarks;
+pub use layer::{FencedService, FencingLayer};
 
 use std::fmt;
 
