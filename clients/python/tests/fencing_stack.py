@@ -285,6 +285,25 @@ def holder_command(leased: str, lease_name: str, adapter: str, url: str, key: st
     return command
 
 
+def wait_until_stopped(pid: int, timeout_s: float = 10.0) -> None:
+    """Waits until every thread of process `pid` is stopped (state T in
+    /proc/<pid>/task/*/stat): SIGSTOP is delivered asynchronously, and a go-ahead sent before the
+    holder has really stopped could let it write before its lease expires."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = []
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                # The state follows the command name, which is in parentheses and may hold any
+                # character: take what follows the last ')'.
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(state == "T" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop within {timeout_s} s: {states}")
+        time.sleep(0.01)
+
+
 def kleppmann(leased: str, adapter: str, url: str, fenced: bool,
               store: Optional[Store] = None) -> Scenario:
     """Holder 1, a process, acquires a 500 ms lease and is stopped (SIGSTOP) just before its
@@ -300,6 +319,7 @@ def kleppmann(leased: str, adapter: str, url: str, fenced: bool,
         assert first.startswith("token "), f"holder 1: {first!r} {holder1.stderr.read()}"
         holder1_token = int(first.split()[1])
         holder1.send_signal(signal.SIGSTOP)  # paused before its write (a GC pause, a stopped VM)
+        wait_until_stopped(holder1.pid)
         holder1.stdin.write("go\n")  # read when it resumes
         holder1.stdin.flush()
         time.sleep(1.5)  # three TTLs: its lease has expired at the server
@@ -316,6 +336,17 @@ def kleppmann(leased: str, adapter: str, url: str, fenced: bool,
     outcome = out.splitlines()[-1] if out.strip() else f"no output: {err}"
     return Scenario(holder1_token, holder2_token, outcome,
                     read_value(adapter, url, key, fenced, store))
+
+
+def assert_the_interceptor_refused_holder_1(scenario: Scenario, store: Store) -> None:
+    """Kleppmann's scenario through a fenced Store (any mark store): holder 1's call was refused
+    with both tokens named, and only holder 2's reached the handler."""
+    assert scenario.holder2_token > scenario.holder1_token
+    assert scenario.holder1_outcome.startswith(
+        f"refused: stale fencing token {scenario.holder1_token} for lease \"py-kleppmann-")
+    assert scenario.holder1_outcome.endswith(f"the highest seen is {scenario.holder2_token}")
+    assert scenario.final_value == "holder 2"
+    assert [token for token, _ in store.history] == [scenario.holder2_token]
 
 
 # --- Concurrent writers ----------------------------------------------------------------------------
@@ -335,10 +366,19 @@ def concurrent_writers(
 ) -> Writers:
     """`writers` threads, for `seconds` (and at most `max_writes` writes each), each acquire a
     150 ms lease without keepalive, pause at random (half the time 0 to 50 ms, else 200 to 400
-    ms: past the TTL, so that another writer may be granted the lease and write meanwhile), then write their token, once, with it."""
+    ms: past the TTL, so that another writer may be granted the lease and write meanwhile), then
+    write their token, once, with it.
+
+    Writer 0 is the laggard that makes stale attempts certain rather than left to chance: after
+    each grant it pauses past its TTL until a write with a larger token has been accepted (at
+    most 3 s), then writes with its old token, which the resource must refuse."""
     result = Writers()
+    newest_accepted = threading.Condition(result.lock)
     lease_name = unique("py-concurrent")
     deadline = time.monotonic() + seconds
+
+    def overtaken(token: int) -> bool:
+        return any(accepted > token for accepted, _ in result.accepted)
 
     def writer(number: int) -> None:
         rng = random.Random(number)
@@ -349,12 +389,19 @@ def concurrent_writers(
                 lease = client.acquire(lease_name, ttl_ms=150, wait_ms=2_000, keepalive=False)
                 if not isinstance(lease, Lease):
                     continue
-                # Short pauses, or pauses past the TTL during which another writer may win.
-                time.sleep(rng.uniform(0, 0.05) if rng.random() < 0.5 else rng.uniform(0.2, 0.4))
+                token = lease.fencing_token
+                if number == 0:
+                    with newest_accepted:
+                        newest_accepted.wait_for(lambda: overtaken(token), timeout=3.0)
+                else:
+                    # Short pauses, or pauses past the TTL during which another writer may win.
+                    time.sleep(
+                        rng.uniform(0, 0.05) if rng.random() < 0.5 else rng.uniform(0.2, 0.4))
                 try:
-                    answer = write(adapter, url, key, lease, str(lease.fencing_token), True)
-                    with result.lock:
-                        result.accepted.append((lease.fencing_token, answer))
+                    answer = write(adapter, url, key, lease, str(token), True)
+                    with newest_accepted:
+                        result.accepted.append((token, answer))
+                        newest_accepted.notify_all()
                 except Refused:
                     with result.lock:
                         result.refused += 1

@@ -22,6 +22,7 @@ import pytest
 from fencing_stack import (
     STORE_PUT,
     Store,
+    assert_the_interceptor_refused_holder_1,
     concurrent_writers,
     kleppmann,
     store_server,
@@ -61,12 +62,7 @@ def test_kleppmann_a_paused_holder_is_refused_by_the_interceptor(stack: Stack) -
     with store_server(FencingInterceptor()) as (target, store):
         scenario = kleppmann(stack.target, "grpc", target, fenced=True, store=store)
     print(scenario.line("grpc interceptor", True))
-    assert scenario.holder2_token > scenario.holder1_token
-    assert scenario.holder1_outcome.startswith(
-        f"refused: stale fencing token {scenario.holder1_token} for lease \"py-kleppmann-")
-    assert scenario.holder1_outcome.endswith(f"the highest seen is {scenario.holder2_token}")
-    assert scenario.final_value == "holder 2"
-    assert [token for token, _ in store.history] == [scenario.holder2_token]
+    assert_the_interceptor_refused_holder_1(scenario, store)
 
 
 def test_kleppmann_without_the_interceptor_the_paused_holder_overwrites(stack: Stack) -> None:
@@ -84,6 +80,7 @@ def test_concurrent_writers_with_pauses_reach_the_handler_in_token_order(stack: 
     history = [token for token, _ in store.history]
     print(f"grpc interceptor: {len(history)} calls accepted, {writers.refused} stale refused")
     assert history, "some calls were accepted"
+    assert writers.refused >= 1, "the laggard writer's stale calls were refused"
     assert strictly_increasing(history), history
     assert sorted(token for token, _ in writers.accepted) == history
 

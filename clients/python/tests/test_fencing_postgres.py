@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from fencing_stack import (
+    assert_the_interceptor_refused_holder_1,
     concurrent_writers,
     kleppmann,
     postgres_history,
@@ -71,6 +72,7 @@ def test_concurrent_writers_with_pauses_commit_only_increasing_tokens(
     history = postgres_history(postgres_url, key)
     print(f"{adapter}: {len(history)} writes committed, {writers.refused} stale refused")
     assert history, "some writes were accepted"
+    assert writers.refused >= 1, "the laggard writer's stale writes were refused"
     assert strictly_increasing(history), history
     assert sorted(token for token, _ in writers.accepted) == history
 
@@ -178,6 +180,16 @@ def test_postgres_marks_are_shared_by_two_replicas_of_a_fenced_service(postgres_
         mark = conn.execute("SELECT token FROM leased.fence_marks WHERE resource = %s",
                             (prefix + lease,)).fetchone()
     assert mark == (20,), "the mark is kept under the prefix"
+
+
+def test_kleppmann_a_paused_holder_is_refused_by_the_interceptor_with_postgres_marks(
+    stack: Stack, postgres_url: str
+) -> None:
+    marks = PostgresMarks(lambda: psycopg.connect(postgres_url, autocommit=True))
+    with store_server(FencingInterceptor(marks)) as (target, store):
+        scenario = kleppmann(stack.target, "grpc", target, fenced=True, store=store)
+    print(scenario.line("grpc interceptor, PostgresMarks", True))
+    assert_the_interceptor_refused_holder_1(scenario, store)
 
 
 def test_a_postgres_store_that_fails_is_unavailable_and_the_handler_does_not_run() -> None:

@@ -15,6 +15,7 @@ import redis
 import redis.asyncio
 
 from fencing_stack import (
+    assert_the_interceptor_refused_holder_1,
     concurrent_writers,
     kleppmann,
     redis_mark,
@@ -76,6 +77,7 @@ def test_concurrent_writers_with_pauses_write_only_increasing_tokens(
     tokens = sorted(replaced)
     print(f"redis: {len(tokens)} writes accepted, {writers.refused} stale refused")
     assert tokens, "some writes were accepted"
+    assert writers.refused >= 1, "the laggard writer's stale writes were refused"
     assert len(tokens) == len(writers.accepted), "one write per token"
     assert [replaced[token] for token in tokens] == [None] + [str(t) for t in tokens[:-1]]
     with redis.Redis.from_url(redis_resource, decode_responses=True) as client:
@@ -157,6 +159,15 @@ def test_redis_marks_are_shared_by_two_replicas_of_a_fenced_service(client: redi
             write_grpc(second, fencing_metadata(lease, 19), "nineteen")
         assert store.value is None
     assert client.get(prefix + lease) == "20"
+
+
+def test_kleppmann_a_paused_holder_is_refused_by_the_interceptor_with_redis_marks(
+    stack: Stack, client: redis.Redis
+) -> None:
+    with store_server(FencingInterceptor(RedisMarks(client))) as (target, store):
+        scenario = kleppmann(stack.target, "grpc", target, fenced=True, store=store)
+    print(scenario.line("grpc interceptor, RedisMarks", True))
+    assert_the_interceptor_refused_holder_1(scenario, store)
 
 
 def test_a_redis_store_that_fails_is_unavailable_and_the_handler_does_not_run() -> None:
