@@ -15,11 +15,10 @@ mod common;
 mod kv;
 
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
-    process::{Child, Command, Stdio},
+    process::Command,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -37,35 +36,23 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A process of the example, killed on drop, and the lines it printed so far.
 struct Example {
-    process: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    process: harness::proc::PrintingChild,
 }
 
 impl Example {
     fn start(binary: &Path, args: &[&str]) -> Self {
-        let mut process = Command::new(binary)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = process.stdout.take().expect("piped");
-        std::thread::spawn({
-            let lines = lines.clone();
-            move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line);
-                }
-            }
-        });
-        Example { process, lines }
+        let mut command = Command::new(binary);
+        command.args(args);
+        Example {
+            process: harness::proc::PrintingChild::spawn(command),
+        }
     }
 
     /// The first line that starts with `prefix`, once printed.
     fn line_starting(&self, prefix: &str) -> String {
         let find = || {
-            let lines = self.lines.lock().unwrap();
-            lines.iter().find(|l| l.starts_with(prefix)).cloned()
+            let lines = self.process.lines();
+            lines.into_iter().find(|l| l.starts_with(prefix))
         };
         harness::wait_until(&format!("a line starting {prefix:?}"), PATIENCE, || {
             find().is_some()
@@ -75,13 +62,6 @@ impl Example {
 
     fn signal(&self, signal: i32) {
         harness::proc::signal(self.process.id(), signal).expect("signal the example");
-    }
-}
-
-impl Drop for Example {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
     }
 }
 

@@ -7,10 +7,8 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -25,48 +23,26 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// One candidate process, killed on drop, and what it printed so far.
 struct Candidate {
     id: String,
-    process: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    process: harness::proc::PrintingChild,
 }
 
 impl Candidate {
     fn start(binary: &Path, endpoint: &str, election: &str, id: &str) -> Self {
-        let mut process = Command::new(binary)
-            .args([endpoint, "--election", election, "--id", id, "--ttl", TTL])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = process.stdout.take().expect("piped");
-        std::thread::spawn({
-            let lines = lines.clone();
-            move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line);
-                }
-            }
-        });
+        let mut command = Command::new(binary);
+        command.args([endpoint, "--election", election, "--id", id, "--ttl", TTL]);
         Candidate {
             id: id.to_owned(),
-            process,
-            lines,
+            process: harness::proc::PrintingChild::spawn(command),
         }
     }
 
     fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().clone()
+        self.process.lines()
     }
 
     /// SIGKILL: the machine died; nothing is released.
     fn kill(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-impl Drop for Candidate {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.kill();
     }
 }
 

@@ -75,3 +75,55 @@ pub fn raise_fd_limit(wanted: u64) -> u64 {
     }
     limit.rlim_cur
 }
+
+/// A child process whose standard output a thread collects line by line as it comes, killed
+/// (SIGKILL) on drop: for the tests that run examples as real processes and wait for what they
+/// print.
+pub struct PrintingChild {
+    process: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl PrintingChild {
+    /// Spawns `command` with its stdout piped into the collected lines.
+    pub fn spawn(mut command: std::process::Command) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut process = command
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", command.get_program()));
+        let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = std::sync::Arc::default();
+        let stdout = process.stdout.take().expect("piped");
+        std::thread::spawn({
+            let lines = std::sync::Arc::clone(&lines);
+            move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push(line);
+                }
+            }
+        });
+        PrintingChild { process, lines }
+    }
+
+    /// Every line printed so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// The child's process id (to signal it).
+    pub fn id(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// SIGKILL, and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+impl Drop for PrintingChild {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
