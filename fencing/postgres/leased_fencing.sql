@@ -9,6 +9,8 @@
 --      refuses a smaller one. It holds the mark's row lock until the transaction ends, so the
 --      fenced transactions of one resource commit one at a time, in token order: a paused holder
 --      that resumes after a newer holder wrote is refused, and never writes between them.
+--      (Under REPEATABLE READ or SERIALIZABLE, a call that waited for another writer of the
+--      resource fails with 40001 instead: nothing is written; retry the transaction.)
 --
 --   2. Per row: a bigint column `fencing_token` guarded by leased.fencing_token_guard() (a
 --      BEFORE INSERT OR UPDATE trigger): an INSERT or UPDATE whose fencing_token is smaller than

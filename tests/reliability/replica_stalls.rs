@@ -42,11 +42,16 @@ impl Topology {
         // Synced first: WAIT counts a replica only once its first sync is done.
         let replica = RedisServer::start_replica_of(&master);
         let dir = log_dir(test);
-        let metrics_ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
+        let mut metrics_ports = Vec::new();
         let mut leased = Vec::new();
-        for (index, metrics_port) in metrics_ports.iter().enumerate() {
-            leased.push(
-                LeasedProcess::serve()
+        for index in 0..2 {
+            // A free port can be taken by another test's process before leased binds it (seen
+            // once: "Address already in use"): a few tries, each with a fresh port.
+            let mut attempt = 0;
+            let (process, metrics_port) = loop {
+                attempt += 1;
+                let metrics_port = free_port();
+                let started = LeasedProcess::serve()
                     .redis(&master.url())
                     .args([
                         "--redis-wait-replicas".to_owned(),
@@ -57,9 +62,16 @@ impl Topology {
                         format!("127.0.0.1:{metrics_port}"),
                     ])
                     .log(Log::File(dir.join(format!("leased-{index}.log"))))
-                    .start()
-                    .await,
-            );
+                    .try_start()
+                    .await;
+                match started {
+                    Ok(process) => break (process, metrics_port),
+                    Err(error) if attempt < 3 => eprintln!("leased {index}: {error}; again"),
+                    Err(error) => panic!("leased {index}: {error}"),
+                }
+            };
+            leased.push(process);
+            metrics_ports.push(metrics_port);
         }
         Topology {
             _master: master,
