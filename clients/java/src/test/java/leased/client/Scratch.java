@@ -10,7 +10,6 @@ import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
-import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -114,14 +113,7 @@ final class Scratch {
     for (int attempt = 1; ; attempt++) {
       Path dir = Files.createTempDirectory("leased-java-redis-");
       int port = Stack.freePort();
-      Process redis =
-          new ProcessBuilder(
-                  List.of(
-                      "redis-server", "--bind", "127.0.0.1", "--port", String.valueOf(port),
-                      "--save", "", "--appendonly", "no", "--dir", dir.toString()))
-              .redirectErrorStream(true)
-              .redirectOutput(dir.resolve("redis.log").toFile())
-              .start();
+      Process redis = Stack.spawnRedis(dir, port);
       stopAtExit(redis, "-KILL", dir);
       long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
       while (redis.isAlive() && System.nanoTime() < deadline) {

@@ -54,12 +54,7 @@ final class Stack implements AutoCloseable {
 
   private static Stack startIn(Path dir) throws Exception {
     int redisPort = freePort();
-    Process redis =
-        spawn(
-            dir.resolve("redis.log"),
-            List.of(
-                "redis-server", "--bind", "127.0.0.1", "--port", String.valueOf(redisPort),
-                "--save", "", "--appendonly", "no", "--dir", dir.toString()));
+    Process redis = spawnRedis(dir, redisPort);
     awaitListening(redis, redisPort);
     int leasedPort = freePort();
     String leasedBin = System.getenv().getOrDefault("LEASED_BIN", "../../target/debug/leased");
@@ -111,6 +106,18 @@ final class Stack implements AutoCloseable {
       }
     }
     return text.toString();
+  }
+
+  /**
+   * A redis-server without persistence on 127.0.0.1:{@code port}, its files and {@code redis.log}
+   * in {@code dir}: leased's here, and the fencing tests' resource ({@link Scratch}).
+   */
+  static Process spawnRedis(Path dir, int port) throws IOException {
+    return spawn(
+        dir.resolve("redis.log"),
+        List.of(
+            "redis-server", "--bind", "127.0.0.1", "--port", String.valueOf(port),
+            "--save", "", "--appendonly", "no", "--dir", dir.toString()));
   }
 
   private static Process spawn(Path log, List<String> command) throws IOException {
