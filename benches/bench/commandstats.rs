@@ -126,7 +126,7 @@ pub fn top_commands(by_command: &Value, most: usize) -> String {
 /// fractions with up to two.
 pub fn per_unit(value: f64) -> String {
     match value >= 100.0 || value.fract() == 0.0 {
-        true => crate::report::thousands(value),
+        true => crate::measure::thousands(value),
         false => {
             let text = format!("{value:.2}");
             text.trim_end_matches('0').trim_end_matches('.').to_owned()

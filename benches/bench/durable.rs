@@ -23,9 +23,8 @@ use tonic::transport::Channel;
 use crate::{
     BenchResult,
     harness::leased::LeasedProcess,
-    measure::{Budget, Metered, Row, Samples, closed_loop},
+    measure::{Budget, Metered, Row, Samples, closed_loop, thousands},
     procs,
-    report::thousands,
     workload::{self, RenewStream},
 };
 

@@ -46,9 +46,8 @@ use crate::{
     BenchResult,
     commandstats::{CallMeter, top_commands},
     harness::{leased::LeasedProcess, redis::RedisServer},
-    measure::{Metered, Row, Samples, cpu_spent, cpu_times},
+    measure::{Metered, Row, Samples, cpu_spent, cpu_times, measured, thousands},
     procs::{self, rss_bytes},
-    report::{measured, thousands},
     workload::{acquire_many, queue_waiter},
 };
 

@@ -6,7 +6,8 @@
 //!
 //! - [`harness`]: the processes (shared with the integration tests, `tests/harness/`).
 //! - [`procs`]: the bench's side of them: CPU metering, `target/bench/`, `--leased-bin`.
-//! - [`measure`]: closed-loop workers, latency quantiles, result rows.
+//! - [`measure`]: closed-loop workers, latency quantiles, result rows and their numbers as the
+//!   tables print them.
 //! - [`workload`]: the store's scripts called directly, and cycles (of exclusive leases, of
 //!   permits of counting leases, and of shared or exclusive grants of read-write leases) and
 //!   renewals over gRPC.

@@ -477,6 +477,26 @@ impl TurnRatio {
     }
 }
 
+/// The rows whose name starts with `prefix` and that did not fail.
+pub fn measured<'a>(rows: &'a [Row], prefix: &str) -> Vec<&'a Row> {
+    rows.iter()
+        .filter(|row| row.name.starts_with(prefix) && row.error.is_none())
+        .collect()
+}
+
+/// `12345.6` as `12,346`.
+pub fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value);
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 /// The median (the mean of the middle two of an even count); NaN for none.
 pub fn median(values: &[f64]) -> f64 {
     let mut sorted: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();

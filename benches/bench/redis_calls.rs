@@ -35,9 +35,8 @@ use crate::{
     BenchResult,
     commandstats::{CallMeter, Calls, per_unit, top_commands},
     harness::redis::RedisServer,
-    measure::{Row, Samples},
+    measure::{Row, Samples, measured, thousands},
     procs,
-    report::{measured, thousands},
     workload::{
         CYCLE_TTL_MS, acquire_granted, acquire_many_permits, granted, proto_client, queue_waiter,
         release,

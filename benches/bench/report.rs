@@ -5,7 +5,10 @@ use std::{fmt::Write as _, time::Duration};
 
 use serde_json::{Value, json};
 
-use crate::{BenchResult, Run, measure::Row};
+use crate::{
+    BenchResult, Run,
+    measure::{Row, thousands},
+};
 
 /// One target of the issue, next to what was measured.
 pub(crate) struct Target {
@@ -18,13 +21,6 @@ pub(crate) struct Target {
 fn find<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
     rows.iter()
         .find(|row| row.name == name && row.error.is_none())
-}
-
-/// The rows whose name starts with `prefix` and that did not fail.
-pub(crate) fn measured<'a>(rows: &'a [Row], prefix: &str) -> Vec<&'a Row> {
-    rows.iter()
-        .filter(|row| row.name.starts_with(prefix) && row.error.is_none())
-        .collect()
 }
 
 pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
@@ -398,17 +394,4 @@ pub(crate) fn tables(
     writeln!(out)?;
     write!(out, "{}", target_table(targets)?)?;
     Ok(out)
-}
-
-/// `12345.6` as `12,346`.
-pub(crate) fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value);
-    let mut out = String::new();
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }

@@ -16,10 +16,9 @@ use crate::{
     idle,
     measure::{
         Around, Row, Samples, TurnRatio, Turns, Worker, closed_loop, closed_loop_kept, in_turns,
+        thousands,
     },
-    peers, procs, redis_calls as calls,
-    report::thousands,
-    scale,
+    peers, procs, redis_calls as calls, scale,
     workload::{self, DirectCycle, DirectRenew, RwTally},
 };
 

@@ -19,10 +19,8 @@ use tonic::transport::Channel;
 use crate::{
     BenchResult, Run,
     harness::{leased::LeasedProcess, otlp::OtlpReceiver},
-    measure::{Metered, Row, Samples},
-    procs,
-    report::thousands,
-    workload,
+    measure::{Metered, Row, Samples, thousands},
+    procs, workload,
 };
 
 /// Callers, as in `grpc_cycle@64`.
