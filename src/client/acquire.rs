@@ -24,7 +24,7 @@ use tokio_stream::StreamExt;
 
 use super::{
     AcquireOptions, Acquired, ClientError, GrantedLease, LeaseClient, LeaseGuard, NotGranted,
-    duration_ms, remaining_from_ms, unix_ms,
+    remaining_from_ms, unix_ms,
 };
 use crate::proto::{AcquireRequest, RenewRequest, RenewResponse, acquire_response, renew_response};
 
@@ -420,6 +420,11 @@ fn acquire_error(status: tonic::Status, requested_limit: u32) -> ClientError {
         }
         _ => ClientError::Status(status),
     }
+}
+
+/// A duration as the wire's milliseconds (saturating).
+fn duration_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

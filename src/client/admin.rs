@@ -1,6 +1,6 @@
 //! [`LeaseAdminClient`]: the operators' calls of `lease.v1.LeaseAdminService`, List and Revoke.
 
-use super::{ClientError, ConnectOptions, Connection, CurrentHolder, connect};
+use super::{ClientError, ConnectOptions, Connection, CurrentHolder, LeaseClient};
 use crate::proto::{
     LeaseInfo, ListRequest, RevokeRequest, lease_admin_service_client::LeaseAdminServiceClient,
 };
@@ -85,17 +85,17 @@ impl ListedLease {
 impl LeaseAdminClient {
     /// Connects to `endpoint`, e.g. `http://127.0.0.1:50051`.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Self, ClientError> {
-        Self::connect_with(endpoint, &ConnectOptions::default()).await
+        Ok(LeaseClient::connect(endpoint).await?.admin())
     }
 
     /// Connects with TLS settings and a bearer token (`https://` endpoints use TLS), as
-    /// [`LeaseClient::connect_with`](super::LeaseClient::connect_with). A `LeaseClient` already
-    /// connected gives one on its connection: [`LeaseClient::admin`](super::LeaseClient::admin).
+    /// [`LeaseClient::connect_with`] does. A `LeaseClient` already connected gives one on its
+    /// connection: [`LeaseClient::admin`].
     pub async fn connect_with(
         endpoint: impl Into<String>,
         options: &ConnectOptions,
     ) -> Result<Self, ClientError> {
-        Ok(Self::on(connect(endpoint.into(), options).await?))
+        Ok(LeaseClient::connect_with(endpoint, options).await?.admin())
     }
 
     pub(super) fn on(connection: Connection) -> Self {

@@ -180,17 +180,7 @@ impl Stream for WatchStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::HolderInfo;
-
-    fn holder_info(holder: &str, fencing_token: u64, remaining_ms: i64) -> HolderInfo {
-        HolderInfo {
-            shared: false,
-            holder: holder.into(),
-            fencing_token,
-            remaining_ms,
-            expires_at: None,
-        }
-    }
+    use crate::{client::outcomes::tests::holder_info, proto::HolderInfo};
 
     #[test]
     fn a_granted_event_carries_its_grant_and_every_holder() {
