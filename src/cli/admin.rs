@@ -5,7 +5,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{EndpointArgs, Escaped, holder_json, json_line, remaining_ms};
+use super::{
+    args::EndpointArgs,
+    escape::{Escaped, json_line},
+    render::{holder_json, remaining_ms},
+};
 use crate::client::{ClientError, ListedLease};
 
 /// `leased list`.

@@ -9,7 +9,11 @@ use tokio::{
     signal::unix::{Signal, SignalKind, signal},
 };
 
-use super::{EndpointArgs, Escaped, LeaseArgs, exit_code};
+use super::{
+    args::{EndpointArgs, LeaseArgs},
+    escape::Escaped,
+    exit_code,
+};
 use crate::client::{Acquired, LostReason};
 
 /// `leased run`.

@@ -9,7 +9,12 @@ use std::{
 use clap::Args;
 use tokio_stream::StreamExt;
 
-use super::{EndpointArgs, Escaped, exit_code, holder_json, json_line};
+use super::{
+    args::EndpointArgs,
+    escape::{Escaped, json_line},
+    exit_code,
+    render::holder_json,
+};
 use crate::client::{ClientError, TokenCheck, WatchEvent};
 
 /// `leased watch`.
