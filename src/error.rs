@@ -4,6 +4,8 @@
 
 use std::{net::SocketAddr, path::PathBuf};
 
+use crate::lease::Refusal;
+
 /// Everything that can go wrong while serving a request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -23,22 +25,10 @@ pub enum Error {
     #[error("{0}")]
     NotReplicated(String),
 
-    /// No valid bearer token (access control is on).
-    #[error("{0}")]
-    Unauthenticated(String),
-
-    /// The token may not do this operation on this lease name.
-    #[error("{0}")]
-    PermissionDenied(String),
-
-    /// A server limit was reached.
-    #[error("{0}")]
-    ResourceExhausted(String),
-
-    /// The request conflicts with the lease's state: a `limit` other than the one its holders
-    /// were granted with.
-    #[error("{0}")]
-    FailedPrecondition(String),
+    /// The request is refused (access control, a limit, the lease's state): the reason, typed.
+    /// Its status code and message are chosen in `server::status`.
+    #[error("refused: {0:?}")]
+    Refused(Refusal),
 
     /// The server is draining after SIGTERM.
     #[error("server is shutting down")]
@@ -62,15 +52,11 @@ impl Error {
             reason: reason.into(),
         }
     }
+}
 
-    /// The `PERMISSION_DENIED` of a call about a grant that another token made with its own
-    /// lease id (`lease::Caller`).
-    pub fn made_by_another_caller() -> Self {
-        Error::PermissionDenied(
-            "lease_id: this lease id holds a grant that another token made; only that token \
-             may use it"
-                .to_owned(),
-        )
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Self {
+        Error::Refused(refusal)
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod events;
 pub mod limits;
+mod refusal;
 mod waiters;
 pub(crate) mod waiting;
 pub(crate) mod watch;
@@ -14,6 +15,7 @@ use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 use crate::error::Result;
 pub use events::StoreEvents;
 pub use limits::Limits;
+pub use refusal::Refusal;
 pub(crate) use waiters::Waiters;
 pub use waiters::{Placement, is_shared_entry};
 /// Public for the tests that bound how soon a dead replica's waiters stop holding others up.

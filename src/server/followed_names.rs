@@ -13,7 +13,7 @@ use std::{
 
 use crate::{
     error::{Error, Result},
-    lease::LeaseName,
+    lease::{LeaseName, Refusal},
 };
 
 /// The bounds on followed names.
@@ -70,11 +70,9 @@ impl FollowedNames {
         let name: Arc<str> = match by_name.get_key_value(name.as_str()) {
             Some((key, _)) => key.clone(),
             None if by_name.len() >= self.limits.per_replica => {
-                return Err(Error::ResourceExhausted(format!(
-                    "this server follows {} lease names for Watch and waiting Acquire calls, its \
-                     limit (--max-followed-names); try again later or another server",
-                    by_name.len()
-                )));
+                return Err(Error::Refused(Refusal::TooManyFollowedNames {
+                    followed: by_name.len(),
+                }));
             }
             None => Arc::from(name.as_str()),
         };
@@ -83,10 +81,9 @@ impl FollowedNames {
             let follows = names.is_some_and(|names| names.contains_key(&name));
             let count = names.map_or(0, HashMap::len);
             if !follows && count >= self.limits.per_token {
-                return Err(Error::ResourceExhausted(format!(
-                    "this token's calls follow {count} lease names with Watch and waiting \
-                     Acquire on this server, its limit (--max-followed-names-per-token)"
-                )));
+                return Err(Error::Refused(Refusal::TooManyFollowedNamesForToken {
+                    followed: count,
+                }));
             }
             *by_token
                 .entry(token.clone())
@@ -167,12 +164,24 @@ mod tests {
         let a2 = names.follow(alice.clone(), &name("a/2")).unwrap();
         let again = names.follow(alice.clone(), &name("a/1")).unwrap();
         let refused = names.follow(alice.clone(), &name("a/3")).err().unwrap();
-        assert!(refused.to_string().contains("per-token"), "{refused}");
+        assert!(
+            matches!(
+                refused,
+                Error::Refused(Refusal::TooManyFollowedNamesForToken { followed: 2 })
+            ),
+            "{refused:?}"
+        );
 
         let b1 = names.follow(bob.clone(), &name("b/1")).unwrap();
         assert_eq!(names.len(), 3);
         let full = names.follow(bob.clone(), &name("b/2")).err().unwrap();
-        assert!(full.to_string().contains("--max-followed-names"), "{full}");
+        assert!(
+            matches!(
+                full,
+                Error::Refused(Refusal::TooManyFollowedNames { followed: 3 })
+            ),
+            "{full:?}"
+        );
         // A name followed already takes another token's caller, and anyone's without auth.
         let shared = names.follow(bob.clone(), &name("a/2")).unwrap();
         let open = names.follow(None, &name("b/1")).unwrap();

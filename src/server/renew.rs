@@ -145,10 +145,9 @@ async fn renew_one<S: LeaseStore>(
     authorize_stream(access, Operation::Renew, &name)?;
     // Refused before the store is asked, so that a refused renewal extends nothing.
     if !held.has_room_for(&name) {
-        return Err(Error::ResourceExhausted(format!(
-            "one Renew stream may hold at most {} leases at once",
-            held.limit()
-        )));
+        return Err(Error::Refused(crate::lease::Refusal::RenewStreamFull {
+            limit: held.limit(),
+        }));
     }
     let caller = stream_caller(access);
     let result = match store.renew(&name, &lease_id, ttl, &caller).await? {

@@ -132,10 +132,7 @@ fn error_type(error: &crate::error::Error) -> &'static str {
         InvalidArgument { .. } => "invalid_argument",
         Unavailable(_) => "unavailable",
         NotReplicated(_) => "not_replicated",
-        Unauthenticated(_) => "unauthenticated",
-        PermissionDenied(_) => "permission_denied",
-        ResourceExhausted(_) => "resource_exhausted",
-        FailedPrecondition(_) => "failed_precondition",
+        Refused(_) => "refused",
         ShuttingDown => "shutting_down",
         Internal { .. } => "internal",
     }

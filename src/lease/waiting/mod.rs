@@ -17,8 +17,8 @@ use tokio::{
 };
 
 use super::{
-    AcquireOutcome, Caller, Grant, GrantMismatch, LeaseId, LeaseName, LeaseStore, Occupancy,
-    Placement, Replica, ValidatedAcquire, waiters::Ticket,
+    AcquireOutcome, Caller, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, Refusal,
+    Replica, ValidatedAcquire, waiters::Ticket,
 };
 use crate::{
     error::{Error, Result},
@@ -253,47 +253,28 @@ fn release_in_background<S: LeaseStore>(
 /// The error for an attempt the store refused outright: the queue is full, or the limit differs
 /// from the one in force.
 fn refusal(request: &ValidatedAcquire, outcome: AcquireOutcome) -> Error {
-    match outcome {
-        AcquireOutcome::QueueFull { limit } => Error::ResourceExhausted(format!(
-            "too many callers are waiting for this lease (limit {limit})"
-        )),
-        AcquireOutcome::LimitMismatch { limit } => Error::FailedPrecondition(format!(
-            "limit {} differs from the limit in force, {limit}: every holder of a name must ask \
-             for the same limit",
-            request.limit
-        )),
-        AcquireOutcome::LeaseIdEnded => Error::FailedPrecondition(
-            "lease_id: this lease id was released lately; a new acquisition takes a new id"
-                .to_owned(),
-        ),
-        AcquireOutcome::Superseded => Error::FailedPrecondition(
-            "lease_id: a newer Acquire with this lease id took this call's place in line"
-                .to_owned(),
-        ),
-        AcquireOutcome::TooManyShared { limit } => Error::ResourceExhausted(format!(
-            "shared: {limit} shared grants hold this lease already, the most a name may have \
-             (--max-limit)"
-        )),
-        AcquireOutcome::OwnGrantDiffers(GrantMismatch::Shared { held }) => {
-            Error::FailedPrecondition(format!(
-                "shared: this lease id holds {} grant of this name, and a retry must ask for the \
-                 mode it holds (shared={held}); a new acquisition takes a new id",
-                if held { "a shared" } else { "an exclusive" }
-            ))
-        }
-        AcquireOutcome::OwnGrantDiffers(GrantMismatch::Limit { held }) => {
-            Error::FailedPrecondition(format!(
-                "limit: this lease id holds a grant of this name with limit {held}, not {}: a \
-                 retry must ask for the limit it holds",
-                request.limit
-            ))
-        }
-        AcquireOutcome::OwnGrantOfAnotherCaller => Error::made_by_another_caller(),
-        other => Error::Internal {
-            name: request.name.to_string(),
-            detail: format!("{other:?} is not a refusal"),
+    let refusal = match outcome {
+        AcquireOutcome::QueueFull { limit } => Refusal::QueueFull { limit },
+        AcquireOutcome::LimitMismatch { limit } => Refusal::LimitMismatch {
+            asked: request.limit,
+            in_force: limit,
         },
-    }
+        AcquireOutcome::LeaseIdEnded => Refusal::LeaseIdEnded,
+        AcquireOutcome::Superseded => Refusal::Superseded,
+        AcquireOutcome::TooManyShared { limit } => Refusal::TooManyShared { limit },
+        AcquireOutcome::OwnGrantDiffers(mismatch) => Refusal::OwnGrantDiffers {
+            mismatch,
+            asked_limit: request.limit,
+        },
+        AcquireOutcome::OwnGrantOfAnotherCaller => Refusal::MadeByAnotherCaller,
+        other => {
+            return Error::Internal {
+                name: request.name.to_string(),
+                detail: format!("{other:?} is not a refusal"),
+            };
+        }
+    };
+    Error::Refused(refusal)
 }
 
 /// What a `Waiting` message told the caller. A change of any of it is sent again.

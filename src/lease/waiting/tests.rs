@@ -59,7 +59,7 @@ async fn next_grant(events: &mut mpsc::Receiver<Result<AcquireEvent>>) -> Grant 
 }
 
 /// A try-once call answers in its own task: granted when free, not granted (with the
-/// holder) when busy, FAILED_PRECONDITION for another limit; a grant whose delivery is
+/// holder) when busy, refused for another limit; a grant whose delivery is
 /// dropped is released, so the name is free again at once.
 #[tokio::test(start_paused = true)]
 async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
@@ -75,7 +75,13 @@ async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
     counting.limit = 3;
     let refused = try_once(&store, &counting).await.unwrap_err();
     assert!(
-        matches!(refused, Error::FailedPrecondition(_)),
+        matches!(
+            refused,
+            Error::Refused(Refusal::LimitMismatch {
+                asked: 3,
+                in_force: 1
+            })
+        ),
         "{refused:?}"
     );
 
@@ -450,7 +456,7 @@ async fn reconciling_removes_only_entries_without_a_caller() {
 }
 
 /// The queue is bounded: past `max_waiters_per_name`, a waiter is refused with
-/// `ResourceExhausted`; a try-once caller still gets its answer.
+/// `QueueFull`; a try-once caller still gets its answer.
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_refuses_more_waiters() {
     let store = test_replica(2);
@@ -464,7 +470,7 @@ async fn a_full_queue_refuses_more_waiters() {
     let mut refused = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
     assert!(matches!(
         refused.recv().await.unwrap(),
-        Err(Error::ResourceExhausted(_))
+        Err(Error::Refused(Refusal::QueueFull { limit: 2 }))
     ));
     let mut once = acquire(store.clone(), request(10_000, 0), Shutdown::never());
     assert!(matches!(
@@ -604,10 +610,11 @@ async fn a_limit_other_than_the_holders_is_refused() {
         Shutdown::never(),
     );
     match events.recv().await.unwrap() {
-        Err(Error::FailedPrecondition(message)) => {
-            assert!(message.contains("limit in force, 3"), "{message}")
-        }
-        other => panic!("expected FailedPrecondition, got {other:?}"),
+        Err(Error::Refused(Refusal::LimitMismatch {
+            asked: 2,
+            in_force: 3,
+        })) => {}
+        other => panic!("expected the limit in force, 3, got {other:?}"),
     }
 }
 

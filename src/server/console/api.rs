@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tonic::{Code, Status, metadata::MetadataValue, transport::server::TcpConnectInfo};
 
 use super::{Body, Console, json as to_json, response, whole};
+use crate::{error::Error, lease::Refusal};
 use crate::{
     lease::{LeaseStore, limits::parse_name},
     proto::{
@@ -63,7 +64,9 @@ pub(super) async fn respond<S: LeaseStore>(
             let page_size = match arg("page_size") {
                 size if size.is_empty() => Ok(0),
                 size => size.parse::<u32>().map_err(|_| {
-                    Status::invalid_argument(format!("page_size: not a number: {size:?}"))
+                    refused(Refusal::PageSizeNotANumber {
+                        given: size.clone(),
+                    })
                 }),
             };
             match page_size {
@@ -130,7 +133,7 @@ pub(super) async fn respond<S: LeaseStore>(
                 json_error("method", "use POST"),
             );
         }
-        _ => Err(Status::not_found(format!("no such API: {path}"))),
+        _ => Err(refused(Refusal::NoSuchApi { path: path.clone() })),
     };
     match answer {
         Ok(body) => status_response(StatusCode::OK, body),
@@ -207,29 +210,36 @@ async fn revoke_request<S: LeaseStore>(
     let bytes = match tokio::time::timeout(console.request_timeout, body.collect()).await {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(_)) => {
-            return Err(Status::invalid_argument(format!(
-                "body: larger than {MAX_BODY_BYTES} bytes, or cut short"
-            )));
+            return Err(refused(Refusal::BodyTooLarge {
+                limit: MAX_BODY_BYTES,
+            }));
         }
-        Err(_) => return Err(Status::deadline_exceeded("body: not received in time")),
+        Err(_) => return Err(refused(Refusal::BodyTooSlow)),
     };
-    let body: Value = serde_json::from_slice(&bytes)
-        .map_err(|error| Status::invalid_argument(format!("body: not JSON: {error}")))?;
-    let text = |field: &str| match &body[field] {
+    let body: Value = serde_json::from_slice(&bytes).map_err(|error| {
+        refused(Refusal::BodyNotJson {
+            reason: error.to_string(),
+        })
+    })?;
+    let text = |field: &'static str| match &body[field] {
         Value::String(text) => Ok(text.clone()),
         Value::Null => Ok(String::new()),
-        _ => Err(Status::invalid_argument(format!(
-            "{field}: must be a string"
-        ))),
+        _ => Err(refused(Refusal::NotAString { field })),
     };
     // Tokens travel as strings: a JavaScript number loses digits past 2^53.
     let fencing_token = match &body["fencing_token"] {
         Value::Null => 0,
         Value::String(token) if token.is_empty() => 0,
         Value::String(token) => token.parse().map_err(|_| {
-            Status::invalid_argument(format!("fencing_token: not a number: {token:?}"))
+            refused(Refusal::FencingTokenNotANumber {
+                given: token.clone(),
+            })
         })?,
-        _ => return Err(Status::invalid_argument("fencing_token: must be a string")),
+        _ => {
+            return Err(refused(Refusal::NotAString {
+                field: "fencing_token",
+            }));
+        }
     };
     Ok(RevokeRequest {
         name: text("name")?,
@@ -247,9 +257,7 @@ fn same_origin_json(headers: &HeaderMap) -> Result<(), Status> {
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.trim_start().starts_with("application/json"));
     if !is_json {
-        return Err(Status::invalid_argument(
-            "content-type: must be application/json",
-        ));
+        return Err(refused(Refusal::NotJsonContentType));
     }
     let header = |name| {
         headers
@@ -259,9 +267,9 @@ fn same_origin_json(headers: &HeaderMap) -> Result<(), Status> {
     if let Some(site) = header(header::HeaderName::from_static("sec-fetch-site"))
         && !matches!(site, "same-origin" | "none")
     {
-        return Err(Status::permission_denied(format!(
-            "sec-fetch-site: {site}: the console accepts changes from its own page only"
-        )));
+        return Err(refused(Refusal::CrossSite {
+            site: site.to_owned(),
+        }));
     }
     if let Some(origin) = header(header::ORIGIN) {
         let host = header(header::HOST).unwrap_or_default();
@@ -270,9 +278,10 @@ fn same_origin_json(headers: &HeaderMap) -> Result<(), Status> {
             .or_else(|| origin.strip_prefix("https://"))
             .unwrap_or_default();
         if origin_host.is_empty() || origin_host != host {
-            return Err(Status::permission_denied(format!(
-                "origin: {origin} is not this console ({host})"
-            )));
+            return Err(refused(Refusal::ForeignOrigin {
+                origin: origin.to_owned(),
+                host: host.to_owned(),
+            }));
         }
     }
     Ok(())
@@ -302,6 +311,12 @@ fn event_stream(
     .map(|frame| Ok::<_, Infallible>(Frame::data(Bytes::from(frame))));
     let body = StreamBody::new(frames).boxed_unsync();
     response(StatusCode::OK, body, "text/event-stream", Some("no-store"))
+}
+
+/// The console's own refusal of a request, as a status: its code and message are chosen where
+/// every other refusal's are (`server::status`).
+fn refused(refusal: Refusal) -> Status {
+    Status::from(Error::Refused(refusal))
 }
 
 fn status_response(status: StatusCode, body: Value) -> Response<Body> {
@@ -365,7 +380,7 @@ mod tests {
         assert_eq!(screaming_snake("PermissionDenied"), "PERMISSION_DENIED");
         assert_eq!(screaming_snake("Ok"), "OK");
         assert_eq!(
-            status_json(&Status::invalid_argument("name: empty"))["code"],
+            status_json(&Status::from(Error::invalid("name", "empty")))["code"],
             "INVALID_ARGUMENT"
         );
     }

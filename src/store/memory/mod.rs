@@ -319,7 +319,7 @@ impl LeaseStore for MemoryStore {
             }));
         };
         if caller.is_refused_by(&lease.made_by) {
-            return Err(Error::made_by_another_caller());
+            return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller));
         }
         if let Some(ttl) = ttl {
             lease.ttl = ttl;
@@ -354,7 +354,7 @@ impl LeaseStore for MemoryStore {
                 return Ok(false);
             };
             if caller.is_refused_by(&permits.taken[index].made_by) {
-                return Err(Error::made_by_another_caller());
+                return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller));
             }
             let released = permits.taken.swap_remove(index);
             if released.own_id || permits.limit > 1 || permits.shared {

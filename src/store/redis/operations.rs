@@ -114,7 +114,7 @@ impl LeaseStore for RedisStore {
             )
             .await?;
         if reply.int(0)? == 2 {
-            return Err(Error::made_by_another_caller());
+            return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller));
         }
         if reply.int(0)? == 1 {
             let renewed = RenewOutcome::Renewed {
@@ -396,7 +396,7 @@ impl RedisStore {
             .await?;
         match reply.int(0)? {
             1 => {}
-            2 => return Err(Error::made_by_another_caller()),
+            2 => return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller)),
             // 0: not held; 3: an unconfirmed grant that another call was answered, left held.
             _ => return Ok(false),
         }
