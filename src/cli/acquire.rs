@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    args::{EndpointArgs, LeaseArgs},
     escape::json_line,
     exit_code,
+    flags::{EndpointArgs, LeaseArgs},
     render::{granted_text, not_granted_json, not_granted_text},
 };
 use crate::client::ClientError;

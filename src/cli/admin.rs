@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    args::EndpointArgs,
     escape::{Escaped, json_line},
+    flags::EndpointArgs,
     render::{holder_json, remaining_ms},
 };
 use crate::client::{ClientError, ListedLease};

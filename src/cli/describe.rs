@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    args::EndpointArgs,
     escape::json_line,
+    flags::EndpointArgs,
     render::{description_json, description_text},
 };
 use crate::client::ClientError;

@@ -13,6 +13,7 @@ mod args;
 mod describe;
 mod escape;
 mod fencing;
+mod flags;
 mod release;
 mod render;
 mod run;
@@ -21,8 +22,9 @@ mod watch;
 use std::process::ExitCode;
 
 pub use acquire::AcquireArgs;
-pub use args::{Cli, Command, EndpointArgs, LeaseArgs};
+pub use args::{Cli, Command};
 pub use describe::DescribeArgs;
+pub use flags::{EndpointArgs, LeaseArgs};
 pub use release::ReleaseArgs;
 
 use escape::Escaped;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{
-    args::EndpointArgs,
     escape::{Escaped, json_line},
+    flags::EndpointArgs,
 };
 use crate::client::ClientError;
 

@@ -10,9 +10,9 @@ use tokio::{
 };
 
 use super::{
-    args::{EndpointArgs, LeaseArgs},
     escape::Escaped,
     exit_code,
+    flags::{EndpointArgs, LeaseArgs},
 };
 use crate::client::{Acquired, LostReason};
 

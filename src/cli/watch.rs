@@ -10,9 +10,9 @@ use clap::Args;
 use tokio_stream::StreamExt;
 
 use super::{
-    args::EndpointArgs,
     escape::{Escaped, json_line},
     exit_code,
+    flags::EndpointArgs,
     render::holder_json,
 };
 use crate::client::{ClientError, TokenCheck, WatchEvent};

@@ -5,7 +5,6 @@
 
 mod events;
 pub mod limits;
-mod refusal;
 mod waiters;
 pub(crate) mod waiting;
 pub(crate) mod watch;
@@ -13,9 +12,9 @@ pub(crate) mod watch;
 use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
 
 use crate::error::Result;
+pub use crate::error::{GrantMismatch, Refusal};
 pub use events::StoreEvents;
 pub use limits::Limits;
-pub use refusal::Refusal;
 pub(crate) use waiters::Waiters;
 pub use waiters::{Placement, is_shared_entry};
 /// Public for the tests that bound how soon a dead replica's waiters stop holding others up.
@@ -284,15 +283,6 @@ pub enum AcquireOutcome {
     OwnGrantDiffers(GrantMismatch),
     /// The caller's own lease id holds a grant of the name that another caller made.
     OwnGrantOfAnotherCaller,
-}
-
-/// How a retry of a caller's own lease id differs from the grant the id holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GrantMismatch {
-    /// The grant is shared (`true`) or exclusive, and the request asks for the other.
-    Shared { held: bool },
-    /// The grant is a permit of this limit (1: exclusive or shared), the request asks another.
-    Limit { held: u32 },
 }
 
 impl GrantMismatch {

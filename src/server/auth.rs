@@ -215,7 +215,7 @@ impl Principal {
         if !self.prefixes.iter().any(|p| name.as_str().starts_with(p)) {
             return Err(Error::Refused(Refusal::NameNotAllowed {
                 client: self.client.clone(),
-                name: name.clone(),
+                name: name.to_string(),
             }));
         }
         Ok(())

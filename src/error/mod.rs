@@ -1,10 +1,12 @@
 //! The crate's two error types: [`Error`] for a request that failed (the core's; it knows nothing
-//! of gRPC: its one mapping to a status is `server::status`), and [`StartupError`] for a server
-//! that cannot start. ARCHITECTURE.md, "Errors".
+//! of gRPC: its one mapping to a status is `server::status`), with the typed [`Refusal`] of a
+//! request the rules refuse, and [`StartupError`] for a server that cannot start. ARCHITECTURE.md, "Errors".
 
 use std::{net::SocketAddr, path::PathBuf};
 
-use crate::lease::Refusal;
+mod refusal;
+
+pub use refusal::{GrantMismatch, Refusal};
 
 /// Everything that can go wrong while serving a request.
 #[derive(Debug, thiserror::Error)]

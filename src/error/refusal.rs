@@ -2,8 +2,6 @@
 //! wherever the refusal is decided (the core, a store, access control, a server bound, the
 //! console) to `server::status`, the one place that picks its status code and writes its message.
 
-use super::{GrantMismatch, LeaseName};
-
 /// A reason a request is refused, with the data its message needs. It carries no message: what
 /// a client reads is written in `server::status`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +41,7 @@ pub enum Refusal {
         operation: &'static str,
     },
     /// The token (named `client`) may not use `name`: no prefix of its covers it.
-    NameNotAllowed { client: String, name: LeaseName },
+    NameNotAllowed { client: String, name: String },
     /// The token (named `client`) may not list under `prefix`: it is not under one of its
     /// `prefixes`.
     ListPrefixNotAllowed {
@@ -83,4 +81,14 @@ pub enum Refusal {
     NotAString { field: &'static str },
     /// `fencing_token` is a string but not a number.
     FencingTokenNotANumber { given: String },
+}
+
+/// How a retry of a caller's own lease id differs from the grant the id holds (compared by
+/// `GrantMismatch::between`, in the core).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantMismatch {
+    /// The grant is shared (`true`) or exclusive, and the request asks for the other.
+    Shared { held: bool },
+    /// The grant is a permit of this limit (1: exclusive or shared), the request asks another.
+    Limit { held: u32 },
 }
