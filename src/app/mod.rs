@@ -108,10 +108,8 @@ pub async fn serve(
                 store = "memory",
                 "starting on the embedded store: leases live in this process only"
             );
-            Store::Memory(MemoryStore::new(
-                config.max_waiters_per_name,
-                events.clone(),
-            ))
+            let store = MemoryStore::new(config.max_waiters_per_name, events.clone());
+            Store::Memory(store)
         }
     };
     crate::server::run(

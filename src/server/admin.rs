@@ -26,8 +26,8 @@ use crate::{
     telemetry::{self, ADMIN_SERVICE},
 };
 
-/// Marks a call that came through the console, for the audit log. Here, where the audit log
-/// reads it, so that the console (which calls this service) sets it without an import back.
+/// Marks a call that came through the console, for the audit log. Kept beside its one reader
+/// (the audit log, below): the console already imports this service, so it takes it from here.
 #[derive(Clone, Copy, Debug)]
 pub struct ViaConsole;
 
