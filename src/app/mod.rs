@@ -17,7 +17,7 @@ use crate::{
         ConnectionLimits, FollowLimits, Listeners, ServerOptions, TlsFiles, auth::Authenticator,
     },
     shutdown::{self, Shutdown},
-    store::{MemoryStore, RedisOptions, RedisStore, ReplicaWait},
+    store::{MemoryStore, RedisOptions, RedisStore, ReplicaWait, Store},
 };
 
 /// How many connections the kernel may queue for `accept`: tokio's default, 1024, overflowed
@@ -90,29 +90,35 @@ pub async fn serve(
         metrics: bind_optional(config.metrics_listen, "--metrics-listen").await?,
         console: bind_optional(config.console_listen, "--console-listen").await?,
     };
-    match redis_options(&config)? {
+    let events = StoreEvents::new();
+    let store = match redis_options(&config)? {
         Some(redis) => {
             tracing::info!(store = "redis", "starting");
-            let events = StoreEvents::new();
-            let store = Arc::new(RedisStore::connect(&redis, events.clone())?);
+            let store = RedisStore::connect(&redis, events.clone())?;
             store.check_version(redis.command_timeout).await?;
             store.check_layout(redis.command_timeout).await?;
             store
                 .check_eviction_policy(redis.command_timeout, config.redis_allow_eviction)
                 .await?;
             store.check_replicas(redis.command_timeout).await;
-            crate::server::run(Replica::new(store, events), options, listeners, shutdown).await
+            Store::Redis(store)
         }
         None => {
             tracing::info!(
                 store = "memory",
                 "starting on the embedded store: leases live in this process only"
             );
-            let events = StoreEvents::new();
             let store = MemoryStore::new(config.max_waiters_per_name, events.clone());
-            crate::server::run(Replica::new(store, events), options, listeners, shutdown).await
+            Store::Memory(store)
         }
-    }
+    };
+    crate::server::run(
+        Replica::new(Arc::new(store), events),
+        options,
+        listeners,
+        shutdown,
+    )
+    .await
 }
 
 /// Re-reads the tokens file on every SIGHUP; open streams check their tokens against it.

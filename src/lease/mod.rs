@@ -535,6 +535,11 @@ impl<S: LeaseStore> Replica<S> {
         Arc::new(Replica { store, events })
     }
 
+    /// The store, for the atomic operations.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
     /// This replica's waiting callers.
     pub(crate) fn waiters(&self) -> &Arc<Waiters> {
         self.events.waiters()

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     error::Result,
     lease::{
-        LeaseName, LeaseStore, Occupancy, Placement, ValidatedAcquire, limits::AcquireFields,
+        LeaseName, Occupancy, Placement, ValidatedAcquire, limits::AcquireFields,
         waiting::AcquireEvent,
     },
     metrics::metrics,
@@ -26,7 +26,7 @@ use crate::{
     telemetry,
 };
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl LeaseServiceImpl {
     /// Validates and opens an `Acquire` whose trace `span` lasts as long as its stream, and ends
     /// with its outcome and the time it waited.
     pub(super) async fn acquire_stream(
@@ -56,14 +56,14 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
             // Try once: answer before the stream opens, so that the response headers, the answer
             // and the trailers leave in one write, with no task or channel in between.
             true => {
-                let answer = crate::lease::waiting::try_once(&self.store, &request).await;
+                let answer = crate::lease::waiting::try_once(&self.replica, &request).await;
                 Either::Left(tokio_stream::once(answer))
             }
             false => {
                 let following = self.follow(&principal, &name)?;
                 Either::Right(until_access_lost(
                     ReceiverStream::new(crate::lease::waiting::acquire(
-                        self.store.clone(),
+                        self.replica.clone(),
                         request,
                         self.shutdown.clone(),
                     )),

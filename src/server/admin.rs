@@ -8,16 +8,15 @@ use tonic::{Request, Response, Status};
 use tracing::Span;
 
 use super::{
-    ServerOptions,
+    ServedReplica, ServerOptions,
     auth::{Authenticator, Operation, Principal},
     connections::ConnectionInfo,
-    console::ViaConsole,
     service::{authorize, holder_info, recorded, traced_call},
 };
 use crate::{
     error::Result,
     lease::{
-        DescribedLease, LeaseStore, Replica,
+        DescribedLease, LeaseStore,
         limits::{parse_list_prefix, parse_name, parse_page_size, parse_reason},
     },
     proto::{
@@ -27,23 +26,28 @@ use crate::{
     telemetry::{self, ADMIN_SERVICE},
 };
 
-/// The `lease.v1.LeaseAdminService` implementation over any [`LeaseStore`].
-pub struct LeaseAdminServiceImpl<S> {
-    store: Arc<Replica<S>>,
+/// Marks a call that came through the console, for the audit log. Kept beside its one reader
+/// (the audit log, below): the console already imports this service, so it takes it from here.
+#[derive(Clone, Copy, Debug)]
+pub struct ViaConsole;
+
+/// The `lease.v1.LeaseAdminService` implementation over this replica.
+pub struct LeaseAdminServiceImpl {
+    replica: Arc<ServedReplica>,
     auth: Option<Arc<Authenticator>>,
 }
 
-impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
-    pub fn new(store: Arc<Replica<S>>, options: &ServerOptions) -> Self {
+impl LeaseAdminServiceImpl {
+    pub fn new(replica: Arc<ServedReplica>, options: &ServerOptions) -> Self {
         LeaseAdminServiceImpl {
-            store,
+            replica,
             auth: options.auth.clone(),
         }
     }
 }
 
 #[tonic::async_trait]
-impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
+impl LeaseAdminService for LeaseAdminServiceImpl {
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let (span, principal) = traced_call(&self.auth, ADMIN_SERVICE, "List", &request);
         let outcome = {
@@ -79,7 +83,7 @@ impl<S: LeaseStore> LeaseAdminService for LeaseAdminServiceImpl<S> {
     }
 }
 
-impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
+impl LeaseAdminServiceImpl {
     async fn list_page(
         &self,
         principal: Option<Principal>,
@@ -93,7 +97,11 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
             principal.authorize_list(&prefix)?;
         }
         let page_token = Some(request.page_token.as_str()).filter(|token| !token.is_empty());
-        let page = self.store.list(&prefix, page_size, page_token).await?;
+        let page = self
+            .replica
+            .store()
+            .list(&prefix, page_size, page_token)
+            .await?;
         tracing::debug!(
             rpc = "List",
             prefix = prefix.as_str(),
@@ -122,7 +130,7 @@ impl<S: LeaseStore> LeaseAdminServiceImpl<S> {
         authorize(&principal, Operation::Revoke, &name)?;
         let reason = parse_reason(&request.reason)?;
         let only = Some(request.fencing_token).filter(|token| *token != 0);
-        let revoked = self.store.revoke(&name, only, reason).await?;
+        let revoked = self.replica.store().revoke(&name, only, reason).await?;
         let Some(largest) = revoked.iter().map(|grant| grant.fencing_token).max() else {
             tracing::info!(
                 target: "leased::audit",

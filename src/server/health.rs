@@ -10,8 +10,9 @@ use tonic_health::{
     server::{HealthReporter, HealthService},
 };
 
+use super::ServedReplica;
 use crate::{
-    lease::{LeaseStore, Replica},
+    lease::LeaseStore,
     proto::{lease_admin_service_server, lease_service_server},
     shutdown::Shutdown,
 };
@@ -31,7 +32,7 @@ pub(super) struct Health {
 impl Health {
     /// Starts NOT_SERVING (until the store first answers) with liveness SERVING, and follows the
     /// store's pings and the shutdown from then on.
-    pub(super) async fn start<S: LeaseStore>(store: Arc<Replica<S>>, shutdown: Shutdown) -> Self {
+    pub(super) async fn start(replica: Arc<ServedReplica>, shutdown: Shutdown) -> Self {
         let reporter = HealthReporter::new();
         set_serving(&reporter, false).await;
         // Liveness: SERVING while the process runs, whatever Redis does, so that a Redis outage
@@ -39,7 +40,7 @@ impl Health {
         reporter
             .set_service_status(LIVENESS_SERVICE, ServingStatus::Serving)
             .await;
-        let follower = tokio::spawn(follow_store(store, reporter.clone(), shutdown));
+        let follower = tokio::spawn(follow_store(replica, reporter.clone(), shutdown));
         Health { reporter, follower }
     }
 
@@ -55,11 +56,7 @@ impl Health {
 }
 
 /// SERVING while the store answers pings and the server is not draining; NOT_SERVING otherwise.
-async fn follow_store<S: LeaseStore>(
-    store: Arc<Replica<S>>,
-    reporter: HealthReporter,
-    shutdown: Shutdown,
-) {
+async fn follow_store(replica: Arc<ServedReplica>, reporter: HealthReporter, shutdown: Shutdown) {
     let mut serving = false;
     let mut interval = tokio::time::interval(HEALTH_CHECK_INTERVAL);
     loop {
@@ -70,7 +67,7 @@ async fn follow_store<S: LeaseStore>(
                 return;
             }
         }
-        let reachable = match store.ping().await {
+        let reachable = match replica.store().ping().await {
             Ok(()) => true,
             Err(error) => {
                 if serving {

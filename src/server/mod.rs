@@ -37,11 +37,7 @@ use tokio_stream::Stream;
 use tonic::{service::Routes, transport::Server};
 
 use self::connections::{Connection, Connections};
-use crate::{
-    error::StartupError,
-    lease::{LeaseStore, Replica},
-    shutdown::Shutdown,
-};
+use crate::{error::StartupError, lease::Replica, shutdown::Shutdown, store::Store};
 pub(crate) use connections::ConnectionLimits;
 pub use console::MAX_CONNECTIONS as CONSOLE_MAX_CONNECTIONS;
 pub(crate) use followed_names::FollowLimits;
@@ -50,17 +46,21 @@ pub use metrics_port::MAX_CONNECTIONS as METRICS_PORT_MAX_CONNECTIONS;
 pub(crate) use options::{Listeners, ServerOptions, TlsFiles};
 pub(crate) use service::LeaseServiceImpl;
 
-/// Serves `store` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
+/// This replica of the service over the store chosen at startup: every handler takes this one
+/// type, so the server is compiled once whichever store serves.
+pub type ServedReplica = Replica<Store>;
+
+/// Serves `replica` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
 /// waiters and Renew streams end with `UNAVAILABLE`, and in-flight calls get `drain_grace` to finish.
-pub(crate) async fn run<S: LeaseStore>(
-    store: Arc<Replica<S>>,
+pub(crate) async fn run(
+    replica: Arc<ServedReplica>,
     options: ServerOptions,
     listeners: Listeners,
     shutdown: Shutdown,
 ) -> Result<(), StartupError> {
     // Read the TLS files first: a bad one stops the server before anything starts.
     let tls = options.tls.as_ref().map(TlsFiles::acceptor).transpose()?;
-    let health = health::Health::start(store.clone(), shutdown.clone()).await;
+    let health = health::Health::start(replica.clone(), shutdown.clone()).await;
     // One cap for the gRPC and health ports: both cost file descriptors.
     let connections = Connections::new(options.connections.clone());
     let mut side_listeners = JoinSet::new();
@@ -84,11 +84,11 @@ pub(crate) async fn run<S: LeaseStore>(
         side_listeners.spawn(serve_health_only(routes, incoming, shutdown.clone()));
     }
     let lease_service = Arc::new(LeaseServiceImpl::new(
-        store.clone(),
+        replica.clone(),
         &options,
         shutdown.clone(),
     ));
-    let admin_service = Arc::new(admin::LeaseAdminServiceImpl::new(store, &options));
+    let admin_service = Arc::new(admin::LeaseAdminServiceImpl::new(replica, &options));
     if let Some(listener) = listeners.console {
         let console = console::Console {
             leases: lease_service.clone(),

@@ -9,6 +9,7 @@ use tonic::{Response, Status, Streaming};
 use tracing::{Instrument, Span};
 
 use super::{
+    ServedReplica,
     auth::{Operation, Principal, StreamAccess, authorize_stream, reloaded, stream_caller},
     held_leases::StreamLeases,
     rpc_metrics::StreamRecorder,
@@ -17,7 +18,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        LeaseStore, Limits, RenewOutcome, Replica,
+        LeaseStore, Limits, RenewOutcome,
         limits::{parse_lease_id, parse_name},
     },
     metrics::{KindLabels, metrics},
@@ -25,7 +26,7 @@ use crate::{
     telemetry,
 };
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl LeaseServiceImpl {
     pub(super) fn renew_stream(
         &self,
         principal: Option<Principal>,
@@ -33,7 +34,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         span: &Span,
     ) -> Response<ResponseStream<RenewResponse>> {
         let (responses, receiver) = mpsc::channel(16);
-        let store = self.store.clone();
+        let replica = self.replica.clone();
         let limits = self.limits.clone();
         let held = self.held_leases.stream(self.max_leases_per_renew_stream);
         let shutdown = self.shutdown.clone();
@@ -81,7 +82,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
                 let renewal = telemetry::renewal_span();
                 // Boxed: the store's future (about 8 KB on Redis) then takes memory only while a
                 // renewal is in flight, not for as long as the stream stays open.
-                let renewing = renew_one(&*store, &limits, &access, request, &held, &renewal);
+                let renewing = renew_one(&replica, &limits, &access, request, &held, &renewal);
                 let answer = Box::pin(renewing)
                     .instrument(renewal.clone())
                     .await
@@ -129,8 +130,8 @@ fn may_still_renew(access: &Option<StreamAccess>, held: &StreamLeases) -> Result
         .try_for_each(|name| authorize_stream(access, Operation::Renew, name))
 }
 
-async fn renew_one<S: LeaseStore>(
-    store: &Replica<S>,
+async fn renew_one(
+    replica: &ServedReplica,
     limits: &Limits,
     access: &Option<StreamAccess>,
     request: RenewRequest,
@@ -150,7 +151,11 @@ async fn renew_one<S: LeaseStore>(
         }));
     }
     let caller = stream_caller(access);
-    let result = match store.renew(&name, &lease_id, ttl, &caller).await? {
+    let result = match replica
+        .store()
+        .renew(&name, &lease_id, ttl, &caller)
+        .await?
+    {
         RenewOutcome::Renewed {
             fencing_token,
             ttl_ms,

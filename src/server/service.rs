@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, Span};
 
 use super::{
-    ServerOptions,
+    ServedReplica, ServerOptions,
     auth::{Authenticator, Operation, Principal, StreamAccess, caller_of},
     followed_names::{FollowedNames, Following},
     held_leases::HeldLeases,
@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     lease::{
-        Description, Holder, LeaseName, LeaseStore, Limits, Replica,
+        Description, Holder, LeaseName, LeaseStore, Limits,
         limits::{parse_fencing_token, parse_lease_id, parse_name},
     },
     proto::{
@@ -31,9 +31,9 @@ use crate::{
 /// A boxed response stream, as tonic wants it.
 pub type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-/// The `lease.v1.LeaseService` implementation over any [`LeaseStore`].
-pub struct LeaseServiceImpl<S> {
-    pub(super) store: Arc<Replica<S>>,
+/// The `lease.v1.LeaseService` implementation over this replica.
+pub struct LeaseServiceImpl {
+    pub(super) replica: Arc<ServedReplica>,
     pub(super) limits: Limits,
     pub(super) max_leases_per_renew_stream: usize,
     /// The leases each Renew stream here holds, so that a Release here frees their slots.
@@ -44,11 +44,11 @@ pub struct LeaseServiceImpl<S> {
     pub(super) shutdown: Shutdown,
 }
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
-    /// A service over `store`; long-lived calls end when `shutdown` fires.
-    pub fn new(store: Arc<Replica<S>>, options: &ServerOptions, shutdown: Shutdown) -> Self {
+impl LeaseServiceImpl {
+    /// A service over `replica`; long-lived calls end when `shutdown` fires.
+    pub fn new(replica: Arc<ServedReplica>, options: &ServerOptions, shutdown: Shutdown) -> Self {
         LeaseServiceImpl {
-            store,
+            replica,
             limits: options.limits.clone(),
             max_leases_per_renew_stream: options.max_leases_per_renew_stream,
             held_leases: Arc::default(),
@@ -115,7 +115,7 @@ pub(super) fn authorize(
 }
 
 #[tonic::async_trait]
-impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
+impl LeaseService for LeaseServiceImpl {
     type AcquireStream = ResponseStream<AcquireResponse>;
     type RenewStream = ResponseStream<RenewResponse>;
     type WatchStream = ResponseStream<WatchEvent>;
@@ -240,7 +240,7 @@ async fn rejections_recorded<T>(
     })
 }
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl LeaseServiceImpl {
     async fn release_one(
         &self,
         principal: Option<Principal>,
@@ -252,7 +252,8 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         authorize(&principal, Operation::Release, &name)?;
         let lease_id = parse_lease_id(&request.lease_id)?;
         let released = self
-            .store
+            .replica
+            .store()
             .release(&name, &lease_id, &caller_of(&principal))
             .await?;
         if released {
@@ -273,7 +274,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         authorize(&principal, Operation::Check, &name)?;
         let token = parse_fencing_token(request.fencing_token)?;
         span.record("lease.fencing_token", telemetry::integer(token));
-        let description = self.store.describe(&name).await?;
+        let description = self.replica.store().describe(&name).await?;
         let check = check_token(&description, token);
         tracing::debug!(rpc = "CheckToken", %name, fencing_token = token, current = check.current);
         Ok(check)
@@ -288,7 +289,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         let name = parse_name(&request.name)?;
         telemetry::record_name(span, &name);
         authorize(&principal, Operation::Describe, &name)?;
-        let description = self.store.describe(&name).await?;
+        let description = self.replica.store().describe(&name).await?;
         tracing::debug!(rpc = "Describe", %name, held = description.holders.len());
         let holders: Vec<proto::HolderInfo> =
             description.holders.into_iter().map(holder_info).collect();

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        LeaseName, LeaseStore,
+        LeaseName,
         limits::parse_name,
         watch::{UpdateCause, Watch},
     },
@@ -29,7 +29,7 @@ use crate::{
 /// and then sends the reader a fresh snapshot.
 const STREAM_BUFFER: usize = 8;
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl LeaseServiceImpl {
     pub(super) fn watch_stream(
         &self,
         principal: Option<Principal>,
@@ -41,7 +41,7 @@ impl<S: LeaseStore> LeaseServiceImpl<S> {
         authorize(&principal, Operation::Watch, &name)?;
         let following = self.follow(&principal, &name)?;
         let mut access = self.stream_access(principal);
-        let mut watch = Watch::start(&self.store, name.clone());
+        let mut watch = Watch::start(&self.replica, name.clone());
         let shutdown = self.shutdown.clone();
         let (events, receiver) = mpsc::channel(STREAM_BUFFER);
         let span = span.clone();

@@ -1,5 +1,5 @@
-//! The two implementations of [`LeaseStore`](crate::lease::LeaseStore): Redis for production,
-//! in-process memory for a first run and for tests of the contract.
+//! The two implementations of [`LeaseStore`]: Redis for production, in-process memory for a
+//! first run and for tests of the contract; and [`Store`], the one of them this process serves.
 
 pub mod memory;
 pub mod redis;
@@ -7,9 +7,129 @@ pub mod redis;
 pub use memory::MemoryStore;
 pub use redis::{RedisOptions, RedisStore, ReplicaWait};
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
-use crate::error::Error;
+use crate::{
+    error::{Error, Result},
+    lease::{
+        AcquireOutcome, Caller, Description, LeaseId, LeaseName, LeasePage, LeaseStore, ListPrefix,
+        QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
+    },
+};
+
+/// The store this process serves, chosen once at startup: the server is compiled once, over this
+/// enum, rather than once per store (as neon's `GenericRemoteStorage` picks its backend).
+// Made once and kept behind the replica's `Arc`: boxing the Redis store would only add a pointer
+// to follow on every call.
+#[allow(clippy::large_enum_variant)]
+pub enum Store {
+    /// The embedded store, shared with its background sweep of expired leases.
+    Memory(Arc<MemoryStore>),
+    Redis(RedisStore),
+}
+
+impl LeaseStore for Store {
+    async fn try_acquire(
+        &self,
+        request: &ValidatedAcquire,
+        lease_id: &LeaseId,
+        entry: Option<&str>,
+    ) -> Result<AcquireOutcome> {
+        match self {
+            Store::Memory(store) => store.try_acquire(request, lease_id, entry).await,
+            Store::Redis(store) => store.try_acquire(request, lease_id, entry).await,
+        }
+    }
+
+    async fn renew(
+        &self,
+        name: &LeaseName,
+        lease_id: &LeaseId,
+        ttl: Option<Duration>,
+        caller: &Caller,
+    ) -> Result<RenewOutcome> {
+        match self {
+            Store::Memory(store) => store.renew(name, lease_id, ttl, caller).await,
+            Store::Redis(store) => store.renew(name, lease_id, ttl, caller).await,
+        }
+    }
+
+    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
+        match self {
+            Store::Memory(store) => store.release(name, lease_id, caller).await,
+            Store::Redis(store) => store.release(name, lease_id, caller).await,
+        }
+    }
+
+    async fn describe(&self, name: &LeaseName) -> Result<Description> {
+        match self {
+            Store::Memory(store) => store.describe(name).await,
+            Store::Redis(store) => store.describe(name).await,
+        }
+    }
+
+    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
+        match self {
+            Store::Memory(store) => store.leave(name, entries).await,
+            Store::Redis(store) => store.leave(name, entries).await,
+        }
+    }
+
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
+        match self {
+            Store::Memory(store) => store.queued_here(name).await,
+            Store::Redis(store) => store.queued_here(name).await,
+        }
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
+        match self {
+            Store::Memory(store) => store.queue_status(name, entries).await,
+            Store::Redis(store) => store.queue_status(name, entries).await,
+        }
+    }
+
+    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
+        match self {
+            Store::Memory(store) => store.unstall(name, stalled, overdue).await,
+            Store::Redis(store) => store.unstall(name, stalled, overdue).await,
+        }
+    }
+
+    async fn revoke(
+        &self,
+        name: &LeaseName,
+        fencing_token: Option<u64>,
+        reason: &str,
+    ) -> Result<Vec<Revoked>> {
+        match self {
+            Store::Memory(store) => store.revoke(name, fencing_token, reason).await,
+            Store::Redis(store) => store.revoke(name, fencing_token, reason).await,
+        }
+    }
+
+    async fn list(
+        &self,
+        prefix: &ListPrefix,
+        page_size: usize,
+        page_token: Option<&str>,
+    ) -> Result<LeasePage> {
+        match self {
+            Store::Memory(store) => store.list(prefix, page_size, page_token).await,
+            Store::Redis(store) => store.list(prefix, page_size, page_token).await,
+        }
+    }
+
+    async fn ping(&self) -> Result<()> {
+        match self {
+            Store::Memory(store) => store.ping().await,
+            Store::Redis(store) => store.ping().await,
+        }
+    }
+}
 
 /// Microseconds since the Unix epoch on this machine's clock. Fencing tokens never fall below it,
 /// so a store that forgot its counters still issues tokens above every earlier one.

@@ -26,12 +26,13 @@ use tonic::{Code, Status, metadata::MetadataValue, transport::server::TcpConnect
 use super::{Body, Console, json as to_json, response, whole};
 use crate::{error::Error, lease::Refusal};
 use crate::{
-    lease::{LeaseStore, limits::parse_name},
+    lease::limits::parse_name,
     proto::{
         DescribeRequest, ListRequest, RevokeRequest, WatchRequest,
         lease_admin_service_server::LeaseAdminService, lease_service_server::LeaseService,
     },
     server::{
+        admin::ViaConsole,
         auth::Operation,
         connections::ConnectionInfo,
         service::{authenticate, authorize},
@@ -44,12 +45,8 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// A revoke's body, at most: a name and a reason of a few hundred bytes each.
 const MAX_BODY_BYTES: usize = 4 * 1024;
 
-/// Marks a call that came through the console, for the audit log.
-#[derive(Clone, Copy, Debug)]
-pub struct ViaConsole;
-
-pub(super) async fn respond<S: LeaseStore>(
-    console: &Console<S>,
+pub(super) async fn respond(
+    console: &Console,
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
@@ -170,10 +167,7 @@ fn grpc_request<T>(message: T, headers: &HeaderMap, peer: SocketAddr) -> tonic::
 }
 
 /// Who the token is and what it may do; with access control off, everything.
-fn session<S: LeaseStore>(
-    console: &Console<S>,
-    call: &tonic::Request<()>,
-) -> Result<Value, Status> {
+fn session(console: &Console, call: &tonic::Request<()>) -> Result<Value, Status> {
     let principal = authenticate(&console.auth, call)?;
     Ok(match principal {
         None => json!({
@@ -192,7 +186,7 @@ fn session<S: LeaseStore>(
 }
 
 /// Whether the page may offer to revoke `name`: the same check Revoke makes.
-fn may_revoke<S: LeaseStore>(console: &Console<S>, call: &tonic::Request<()>, name: &str) -> bool {
+fn may_revoke(console: &Console, call: &tonic::Request<()>, name: &str) -> bool {
     let Ok(principal) = authenticate(&console.auth, call) else {
         return false;
     };
@@ -201,9 +195,9 @@ fn may_revoke<S: LeaseStore>(console: &Console<S>, call: &tonic::Request<()>, na
 
 /// A revoke's JSON body, read within the request deadline and [`MAX_BODY_BYTES`], from a page of
 /// this origin only.
-async fn revoke_request<S: LeaseStore>(
+async fn revoke_request(
     request: Request<Incoming>,
-    console: &Console<S>,
+    console: &Console,
 ) -> Result<RevokeRequest, Status> {
     same_origin_json(request.headers())?;
     let body = Limited::new(request.into_body(), MAX_BODY_BYTES);

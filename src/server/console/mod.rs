@@ -18,8 +18,6 @@
 mod api;
 mod json;
 
-pub(super) use api::ViaConsole;
-
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
@@ -37,7 +35,6 @@ use super::{
     service::LeaseServiceImpl,
 };
 use crate::{
-    lease::LeaseStore,
     metrics::metrics,
     shutdown::Shutdown,
     throttle::{LOG_INTERVAL, Throttle},
@@ -69,9 +66,9 @@ static EVICTED_LOG: Throttle = Throttle::new(LOG_INTERVAL);
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
 /// What the console's handlers call: the gRPC services' handlers, shared with the gRPC port.
-pub(super) struct Console<S> {
-    pub leases: Arc<LeaseServiceImpl<S>>,
-    pub admin: Arc<LeaseAdminServiceImpl<S>>,
+pub(super) struct Console {
+    pub leases: Arc<LeaseServiceImpl>,
+    pub admin: Arc<LeaseAdminServiceImpl>,
     pub auth: Option<Arc<Authenticator>>,
     /// How long a request (its headers, and a revoke's body) may take to arrive.
     pub request_timeout: Duration,
@@ -80,11 +77,7 @@ pub(super) struct Console<S> {
 }
 
 /// Serves the console on `listener` until `shutdown` fires.
-pub(super) async fn serve<S: LeaseStore>(
-    listener: TcpListener,
-    mut console: Console<S>,
-    shutdown: Shutdown,
-) {
+pub(super) async fn serve(listener: TcpListener, mut console: Console, shutdown: Shutdown) {
     let hosts = AllowedHosts::new(std::mem::take(&mut console.hosts), "--console-host");
     let port = HttpPort {
         name: "console",
@@ -105,11 +98,7 @@ pub(super) async fn serve<S: LeaseStore>(
 }
 
 /// The page's files, the API, or 404.
-async fn route<S: LeaseStore>(
-    console: &Console<S>,
-    request: Request<Incoming>,
-    peer: SocketAddr,
-) -> Response<Body> {
+async fn route(console: &Console, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
     let path = request.uri().path().to_owned();
     let method = request.method().clone();
     match (&method, path.as_str()) {
