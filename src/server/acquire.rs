@@ -16,7 +16,7 @@ use super::{
 use crate::{
     error::Result,
     lease::{
-        LeaseName, LeaseStore, Occupancy, Placement, ValidatedAcquire, limits::AcquireFields,
+        LeaseName, Occupancy, Placement, QueueStore, ValidatedAcquire, limits::AcquireFields,
         waiting::AcquireEvent,
     },
     metrics::metrics,
@@ -26,7 +26,7 @@ use crate::{
     telemetry,
 };
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl<S: QueueStore> LeaseServiceImpl<S> {
     /// Validates and opens an `Acquire` whose trace `span` lasts as long as its stream, and ends
     /// with its outcome and the time it waited.
     pub(super) async fn acquire_stream(

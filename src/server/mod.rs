@@ -39,7 +39,7 @@ use tonic::{service::Routes, transport::Server};
 use self::connections::{Connection, Connections};
 use crate::{
     error::StartupError,
-    lease::{LeaseStore, Replica},
+    lease::{QueueStore, Replica},
     shutdown::Shutdown,
 };
 pub(crate) use connections::ConnectionLimits;
@@ -52,7 +52,7 @@ pub(crate) use service::LeaseServiceImpl;
 
 /// Serves `store` on `listeners` until `shutdown` fires, then drains: health turns NOT_SERVING,
 /// waiters and Renew streams end with `UNAVAILABLE`, and in-flight calls get `drain_grace` to finish.
-pub(crate) async fn run<S: LeaseStore>(
+pub(crate) async fn run<S: QueueStore>(
     store: Arc<Replica<S>>,
     options: ServerOptions,
     listeners: Listeners,

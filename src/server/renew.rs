@@ -17,7 +17,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        LeaseStore, Limits, RenewOutcome, Replica,
+        Limits, QueueStore, RenewOutcome, Replica,
         limits::{parse_lease_id, parse_name},
     },
     metrics::{KindLabels, metrics},
@@ -25,7 +25,7 @@ use crate::{
     telemetry,
 };
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl<S: QueueStore> LeaseServiceImpl<S> {
     pub(super) fn renew_stream(
         &self,
         principal: Option<Principal>,
@@ -129,7 +129,7 @@ fn may_still_renew(access: &Option<StreamAccess>, held: &StreamLeases) -> Result
         .try_for_each(|name| authorize_stream(access, Operation::Renew, name))
 }
 
-async fn renew_one<S: LeaseStore>(
+async fn renew_one<S: QueueStore>(
     store: &Replica<S>,
     limits: &Limits,
     access: &Option<StreamAccess>,

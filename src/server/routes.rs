@@ -8,7 +8,7 @@ use tonic::service::Routes;
 use super::{LeaseServiceImpl, ServerOptions, admin::LeaseAdminServiceImpl, health::Health};
 use crate::{
     error::StartupError,
-    lease::LeaseStore,
+    lease::QueueStore,
     proto::{
         self, lease_admin_service_server::LeaseAdminServiceServer,
         lease_service_server::LeaseServiceServer,
@@ -18,7 +18,7 @@ use crate::{
 /// `lease.v1.LeaseService`, `lease.v1.LeaseAdminService`, `grpc.health.v1` and server reflection
 /// for all three.
 /// The handlers are shared with the console, which calls them too.
-pub(super) fn grpc_port<S: LeaseStore>(
+pub(super) fn grpc_port<S: QueueStore>(
     lease_service: Arc<LeaseServiceImpl<S>>,
     admin_service: Arc<LeaseAdminServiceImpl<S>>,
     options: &ServerOptions,

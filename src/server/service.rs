@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     lease::{
-        Description, Holder, LeaseName, LeaseStore, Limits, Replica,
+        Description, Holder, LeaseName, Limits, QueueStore, Replica,
         limits::{parse_fencing_token, parse_lease_id, parse_name},
     },
     proto::{
@@ -44,7 +44,7 @@ pub struct LeaseServiceImpl<S> {
     pub(super) shutdown: Shutdown,
 }
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl<S: QueueStore> LeaseServiceImpl<S> {
     /// A service over `store`; long-lived calls end when `shutdown` fires.
     pub fn new(store: Arc<Replica<S>>, options: &ServerOptions, shutdown: Shutdown) -> Self {
         LeaseServiceImpl {
@@ -115,7 +115,7 @@ pub(super) fn authorize(
 }
 
 #[tonic::async_trait]
-impl<S: LeaseStore> LeaseService for LeaseServiceImpl<S> {
+impl<S: QueueStore> LeaseService for LeaseServiceImpl<S> {
     type AcquireStream = ResponseStream<AcquireResponse>;
     type RenewStream = ResponseStream<RenewResponse>;
     type WatchStream = ResponseStream<WatchEvent>;
@@ -240,7 +240,7 @@ async fn rejections_recorded<T>(
     })
 }
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl<S: QueueStore> LeaseServiceImpl<S> {
     async fn release_one(
         &self,
         principal: Option<Principal>,

@@ -16,7 +16,7 @@ use super::{
 use crate::{
     error::{Error, Result},
     lease::{
-        LeaseName, LeaseStore,
+        LeaseName, QueueStore,
         limits::parse_name,
         watch::{UpdateCause, Watch},
     },
@@ -29,7 +29,7 @@ use crate::{
 /// and then sends the reader a fresh snapshot.
 const STREAM_BUFFER: usize = 8;
 
-impl<S: LeaseStore> LeaseServiceImpl<S> {
+impl<S: QueueStore> LeaseServiceImpl<S> {
     pub(super) fn watch_stream(
         &self,
         principal: Option<Principal>,

@@ -15,7 +15,7 @@ use tokio::{
 use super::EXPIRY_SLACK;
 use crate::{
     error::Result,
-    lease::{LeaseName, LeaseStore, Placement, QueueStatus, Replica},
+    lease::{LeaseName, Placement, QueueEntry, QueueStatus, QueueStore, Replica},
     metrics::metrics,
 };
 
@@ -47,7 +47,7 @@ const LEAVE_BATCH: usize = 256;
 
 /// Other replicas' entries that hold up free permits of the name, since when.
 struct Stall {
-    entries: Vec<String>,
+    entries: Vec<QueueEntry>,
     since: Instant,
     checked: Option<Instant>,
 }
@@ -97,13 +97,13 @@ fn is_due(slot: Option<Instant>, now: Instant) -> bool {
 /// listens for the name's wake-ups, removes the entries of callers that left (and, when asked to
 /// reconcile, those of this replica that no caller here owns), reads the placements when they
 /// may have changed, and checks on other replicas' entries that hold up a free permit.
-pub(super) async fn tend_queue<S: LeaseStore>(
-    store: Arc<Replica<S>>,
+pub(super) async fn tend_queue<S: QueueStore>(
+    replica: Arc<Replica<S>>,
     name: LeaseName,
     tend: Arc<Notify>,
 ) {
     // The subscription's confirmation reports a resync: the first read comes with it.
-    store.listen(&name);
+    replica.listen(&name);
     let mut due = Due::default();
     let mut stall: Option<Stall> = None;
     let mut idle_since: Option<Instant> = None;
@@ -117,7 +117,7 @@ pub(super) async fn tend_queue<S: LeaseStore>(
         }
         let now = Instant::now();
         let forget_if_idle = is_due(due.forget, now);
-        let Some(chores) = store.waiters().chores(name.as_str(), forget_if_idle) else {
+        let Some(chores) = replica.waiters().chores(name.as_str(), forget_if_idle) else {
             break;
         };
         let idle = chores.entries.is_empty() && chores.leaving.is_empty() && !chores.reconcile;
@@ -129,9 +129,11 @@ pub(super) async fn tend_queue<S: LeaseStore>(
 
         due.leave = None;
         for batch in chores.leaving.chunks(LEAVE_BATCH) {
-            if let Err(error) = store.leave(&name, batch).await {
+            if let Err(error) = replica.store().leave(&name, batch).await {
                 tracing::debug!(%name, %error, "could not take waiters that left out of the queue; retrying");
-                store.waiters().retry_leaving(name.as_str(), batch.to_vec());
+                replica
+                    .waiters()
+                    .retry_leaving(name.as_str(), batch.to_vec());
                 due.leave = Some(Instant::now() + RETRY_DELAY);
             }
         }
@@ -140,8 +142,8 @@ pub(super) async fn tend_queue<S: LeaseStore>(
             due.reconcile = Some(now + RECONCILE_DELAY);
         }
         if is_due(due.reconcile, now) {
-            due.reconcile = match reconcile(&*store, &name).await {
-                Ok(()) => store
+            due.reconcile = match reconcile(&replica, &name).await {
+                Ok(()) => replica
                     .waiters()
                     .reconciled(name.as_str())
                     .then(|| Instant::now() + RECONCILE_DELAY),
@@ -181,7 +183,7 @@ pub(super) async fn tend_queue<S: LeaseStore>(
             continue;
         }
         due.read = None;
-        let status = match store.queue_status(&name, &chores.entries).await {
+        let status = match replica.store().queue_status(&name, &chores.entries).await {
             Ok(status) => status,
             Err(error) => {
                 tracing::debug!(%name, %error, "could not read the queue; retrying");
@@ -191,13 +193,13 @@ pub(super) async fn tend_queue<S: LeaseStore>(
         };
         let now = Instant::now();
         let look_at_expiry = expiry_to_look_at(&status, now);
-        let others_due: Vec<String> = status
+        let others_due: Vec<QueueEntry> = status
             .due
             .iter()
-            .filter(|entry| !store.waiters().is_mine(entry))
+            .filter(|entry| !replica.waiters().is_mine(entry))
             .cloned()
             .collect();
-        place(&*store, &name, chores.entries, status);
+        place(&replica, &name, chores.entries, status);
 
         // Entries of other replicas that free permits go to: a stall keeps its time while they
         // are the ones seen before (or some of them), and starts again with a new one.
@@ -224,7 +226,11 @@ pub(super) async fn tend_queue<S: LeaseStore>(
         {
             let overdue = now.duration_since(stalled.since) >= STALL_LIMIT;
             stalled.checked = Some(now);
-            if let Err(error) = store.unstall(&name, &stalled.entries, overdue).await {
+            if let Err(error) = replica
+                .store()
+                .unstall(&name, &stalled.entries, overdue)
+                .await
+            {
                 tracing::debug!(%name, %error, "could not check on stalled queue entries; retrying");
             }
         }
@@ -235,7 +241,7 @@ pub(super) async fn tend_queue<S: LeaseStore>(
             no_later(&mut due.read, at);
         }
     }
-    store.unlisten(&name);
+    replica.unlisten(&name);
 }
 
 /// When to read again at the expiry of the permit that frees soonest, if no waiter here is first
@@ -254,9 +260,9 @@ fn expiry_to_look_at(status: &QueueStatus, now: Instant) -> Option<Instant> {
 
 /// Takes out of the queue of `name` the entries of this replica that no caller here owns: those
 /// of attempts that ran in the store after their callers had gone (their outcome unknown).
-async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Result<()> {
-    let queued = store.queued_here(name).await?;
-    let callerless = store.waiters().without_caller(name.as_str(), queued);
+async fn reconcile<S: QueueStore>(replica: &Replica<S>, name: &LeaseName) -> Result<()> {
+    let queued = replica.store().queued_here(name).await?;
+    let callerless = replica.waiters().without_caller(name.as_str(), queued);
     if callerless.is_empty() {
         return Ok(());
     }
@@ -265,7 +271,7 @@ async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Resul
         .callerless_entries_removed
         .inc_by(callerless.len() as u64);
     for batch in callerless.chunks(LEAVE_BATCH) {
-        store.leave(name, batch).await?;
+        replica.store().leave(name, batch).await?;
     }
     Ok(())
 }
@@ -273,10 +279,10 @@ async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Resul
 /// Hands each waiter its placement, and wakes the first in line if the lease is free (with a
 /// counting lease, each caller close enough to the front that a free permit is its own). Waking
 /// a caller whose placement did not change matters: it may have missed its wake-up.
-fn place<S: LeaseStore>(
-    store: &Replica<S>,
+fn place<S: QueueStore>(
+    replica: &Replica<S>,
     name: &LeaseName,
-    entries: Vec<String>,
+    entries: Vec<QueueEntry>,
     status: QueueStatus,
 ) {
     let QueueStatus {
@@ -305,8 +311,8 @@ fn place<S: LeaseStore>(
             )
         })
         .collect();
-    store.waiters().place(name.as_str(), placements);
+    replica.waiters().place(name.as_str(), placements);
     for entry in to_wake {
-        store.waiters().wake(name.as_str(), &entry);
+        replica.waiters().wake(name.as_str(), &entry);
     }
 }

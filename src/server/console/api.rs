@@ -25,7 +25,7 @@ use tonic::{Code, Status, metadata::MetadataValue, transport::server::TcpConnect
 
 use super::{Body, Console, json as to_json, response, whole};
 use crate::{
-    lease::{LeaseStore, limits::parse_name},
+    lease::{QueueStore, limits::parse_name},
     proto::{
         DescribeRequest, ListRequest, RevokeRequest, WatchRequest,
         lease_admin_service_server::LeaseAdminService, lease_service_server::LeaseService,
@@ -47,7 +47,7 @@ const MAX_BODY_BYTES: usize = 4 * 1024;
 #[derive(Clone, Copy, Debug)]
 pub struct ViaConsole;
 
-pub(super) async fn respond<S: LeaseStore>(
+pub(super) async fn respond<S: QueueStore>(
     console: &Console<S>,
     request: Request<Incoming>,
     peer: SocketAddr,
@@ -167,7 +167,7 @@ fn grpc_request<T>(message: T, headers: &HeaderMap, peer: SocketAddr) -> tonic::
 }
 
 /// Who the token is and what it may do; with access control off, everything.
-fn session<S: LeaseStore>(
+fn session<S: QueueStore>(
     console: &Console<S>,
     call: &tonic::Request<()>,
 ) -> Result<Value, Status> {
@@ -189,7 +189,7 @@ fn session<S: LeaseStore>(
 }
 
 /// Whether the page may offer to revoke `name`: the same check Revoke makes.
-fn may_revoke<S: LeaseStore>(console: &Console<S>, call: &tonic::Request<()>, name: &str) -> bool {
+fn may_revoke<S: QueueStore>(console: &Console<S>, call: &tonic::Request<()>, name: &str) -> bool {
     let Ok(principal) = authenticate(&console.auth, call) else {
         return false;
     };
@@ -198,7 +198,7 @@ fn may_revoke<S: LeaseStore>(console: &Console<S>, call: &tonic::Request<()>, na
 
 /// A revoke's JSON body, read within the request deadline and [`MAX_BODY_BYTES`], from a page of
 /// this origin only.
-async fn revoke_request<S: LeaseStore>(
+async fn revoke_request<S: QueueStore>(
     request: Request<Incoming>,
     console: &Console<S>,
 ) -> Result<RevokeRequest, Status> {

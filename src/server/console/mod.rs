@@ -37,7 +37,7 @@ use super::{
     service::LeaseServiceImpl,
 };
 use crate::{
-    lease::LeaseStore,
+    lease::QueueStore,
     metrics::metrics,
     shutdown::Shutdown,
     throttle::{LOG_INTERVAL, Throttle},
@@ -80,7 +80,7 @@ pub(super) struct Console<S> {
 }
 
 /// Serves the console on `listener` until `shutdown` fires.
-pub(super) async fn serve<S: LeaseStore>(
+pub(super) async fn serve<S: QueueStore>(
     listener: TcpListener,
     mut console: Console<S>,
     shutdown: Shutdown,
@@ -105,7 +105,7 @@ pub(super) async fn serve<S: LeaseStore>(
 }
 
 /// The page's files, the API, or 404.
-async fn route<S: LeaseStore>(
+async fn route<S: QueueStore>(
     console: &Console<S>,
     request: Request<Incoming>,
     peer: SocketAddr,
