@@ -9,7 +9,7 @@ mod tending;
 #[cfg(test)]
 mod tests;
 
-use std::{sync::Arc, time::Duration};
+use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use tokio::{
     sync::mpsc,
@@ -18,7 +18,7 @@ use tokio::{
 
 use super::{
     AcquireOutcome, Caller, Grant, GrantMismatch, LeaseId, LeaseName, LeaseStore, Occupancy,
-    Placement, QueueStore, Replica, ValidatedAcquire, waiters::Ticket,
+    Placement, QueueEntry, QueueStore, Replica, ValidatedAcquire, waiters::Ticket,
 };
 use crate::{
     error::{Error, Result},
@@ -75,12 +75,6 @@ impl std::fmt::Debug for GrantDelivery {
     }
 }
 
-/// How a wait ends.
-enum Terminal {
-    Granted(Grant),
-    NotGranted(Occupancy),
-}
-
 /// Runs one `Acquire`: returns the events as a channel fed by a spawned task. Dropping the
 /// receiver cancels the wait; a grant that can no longer be delivered is released at once.
 pub fn acquire<S: QueueStore>(
@@ -95,14 +89,10 @@ pub fn acquire<S: QueueStore>(
         let lease_id = lease_id_for(&request);
         let outcome = wait_for_grant(&replica, &request, &lease_id, &events, &shutdown).await;
         match outcome {
-            Ok(Some(Terminal::Granted(grant))) => {
-                let delivery = delivery(&replica, &request, grant);
-                // If the caller left, the unsent delivery drops here and releases the lease
-                // (unless the caller chose its lease id: then it releases the id itself).
-                let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
-            }
-            Ok(Some(Terminal::NotGranted(occupancy))) => {
-                let _ = events.send(Ok(AcquireEvent::NotGranted(occupancy))).await;
+            Ok(Some(terminal)) => {
+                // If the caller left, an unsent grant's delivery drops here and releases the
+                // lease (unless the caller chose its lease id: then it releases the id itself).
+                let _ = events.send(Ok(terminal)).await;
             }
             Ok(None) => {} // the caller left or the server stops; nothing to say
             Err(error) => {
@@ -312,14 +302,28 @@ struct Shown {
     holder: Option<(String, u64)>,
 }
 
-/// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
+impl Shown {
+    fn of(placement: &Placement) -> Self {
+        let occupancy = &placement.occupancy;
+        Shown {
+            position: placement.position,
+            held: occupancy.held,
+            holder: occupancy
+                .holder
+                .as_ref()
+                .map(|h| (h.holder.clone(), h.fencing_token)),
+        }
+    }
+}
+
+/// Tries until granted or the wait runs out: the terminal event. `Ok(None)`: the caller left.
 async fn wait_for_grant<S: QueueStore>(
     replica: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
     lease_id: &LeaseId,
     events: &mpsc::Sender<Result<AcquireEvent>>,
     shutdown: &Shutdown,
-) -> Result<Option<Terminal>> {
+) -> Result<Option<AcquireEvent>> {
     let deadline = Instant::now() + request.wait;
     // A caller that may wait takes a ticket before its first attempt, so that the attempt queues
     // it if the lease is busy, and every wake-up after it reaches this caller.
@@ -332,23 +336,13 @@ async fn wait_for_grant<S: QueueStore>(
     let mut purged = false;
     loop {
         let entry = ticket.as_ref().map(Ticket::entry);
-        let outcome = match replica.store().try_acquire(request, lease_id, entry).await {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                // The store may still run this attempt after the caller has its error (a stall
-                // past the timeout) and queue an entry that nobody here will take.
-                if entry.is_some() && matches!(error, Error::Unavailable(_)) {
-                    replica.waiters().reconcile(request.name.as_str());
-                }
-                return Err(error);
-            }
-        };
-        let mut placement = match outcome {
+        let placement = match attempt(replica, request, lease_id, entry).await? {
             AcquireOutcome::Granted(grant) => {
                 if let Some(ticket) = ticket.take() {
                     ticket.granted();
                 }
-                return Ok(Some(Terminal::Granted(grant)));
+                let delivery = delivery(replica, request, grant);
+                return Ok(Some(AcquireEvent::Granted(delivery)));
             }
             AcquireOutcome::Busy {
                 occupancy,
@@ -368,67 +362,96 @@ async fn wait_for_grant<S: QueueStore>(
             refused => return Err(refusal(request, refused)),
         };
         let Some(ticket) = ticket.as_mut() else {
-            return Ok(Some(Terminal::NotGranted(placement.occupancy)));
+            return Ok(Some(AcquireEvent::NotGranted(placement.occupancy)));
         };
-        if (1..placement.position).contains(&placement.occupancy.due) {
-            ticket.free_ahead();
+        let waited = wait_in_line(ticket, placement, deadline, &mut reported, events, shutdown);
+        if let ControlFlow::Break(terminal) = waited.await? {
+            return Ok(terminal);
         }
-        let wake = ticket.wake_signal();
-        // Wait in line until there is a reason to try again.
-        loop {
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(Some(Terminal::NotGranted(placement.occupancy)));
-            }
-            let occupancy = &placement.occupancy;
-            let shown = Shown {
-                position: placement.position,
-                held: occupancy.held,
-                holder: occupancy
-                    .holder
-                    .as_ref()
-                    .map(|h| (h.holder.clone(), h.fencing_token)),
-            };
-            if reported.as_ref() != Some(&shown) {
-                reported = Some(shown);
-                let waiting = AcquireEvent::Waiting(placement.clone());
-                if events.send(Ok(waiting)).await.is_err() {
-                    return Ok(None);
-                }
-            }
-            // Only the first in line acts on the expiry of the permit that frees soonest; the
-            // others move up when it is granted.
-            let no_permit_free = placement.occupancy.due == 0;
-            let wake_at = match (&placement.occupancy.holder, placement.position) {
-                (Some(holder), 1) if no_permit_free => match holder.expiry {
-                    Some(expiry) => {
-                        let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
-                        deadline.min(now + remaining + EXPIRY_SLACK)
-                    }
-                    None => deadline, // no expiry: only a release or the deadline can end the wait
-                },
-                _ => deadline,
-            };
-            tokio::select! {
-                _ = wake.notified() => break,
-                moved = ticket.moved() => {
-                    placement = moved;
-                    // Dropped from the queue (purged, or Redis lost it): join again. Close enough
-                    // to the front that a grant is this caller's: take it.
-                    if placement.position == 0 || placement.position <= placement.occupancy.due {
-                        break;
-                    }
-                }
-                _ = sleep_until(wake_at) => {
-                    if wake_at < deadline {
-                        metrics().expiries_seen.inc();
-                    }
-                    break;
-                }
-                _ = events.closed() => return Ok(None),
-                _ = shutdown.fired() => return Err(Error::ShuttingDown),
+    }
+}
+
+/// One attempt, queued with `entry` if the caller may wait.
+async fn attempt<S: LeaseStore>(
+    replica: &Replica<S>,
+    request: &ValidatedAcquire,
+    lease_id: &LeaseId,
+    entry: Option<&QueueEntry>,
+) -> Result<AcquireOutcome> {
+    let outcome = replica.store().try_acquire(request, lease_id, entry).await;
+    // The store may still run this attempt after the caller has its error (a stall past the
+    // timeout) and queue an entry that nobody here will take.
+    if entry.is_some() && matches!(outcome, Err(Error::Unavailable(_))) {
+        replica.waiters().reconcile(request.name.as_str());
+    }
+    outcome
+}
+
+/// Waits in line, telling the caller where it stands, until there is a reason to try again
+/// (`Continue`) or the wait is over (`Break`, with the terminal event; `None`: the caller left).
+async fn wait_in_line(
+    ticket: &mut Ticket,
+    mut placement: Placement,
+    deadline: Instant,
+    reported: &mut Option<Shown>,
+    events: &mpsc::Sender<Result<AcquireEvent>>,
+    shutdown: &Shutdown,
+) -> Result<ControlFlow<Option<AcquireEvent>>> {
+    if (1..placement.position).contains(&placement.occupancy.due) {
+        ticket.free_ahead();
+    }
+    let wake = ticket.wake_signal();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            let not_granted = AcquireEvent::NotGranted(placement.occupancy);
+            return Ok(ControlFlow::Break(Some(not_granted)));
+        }
+        let shown = Shown::of(&placement);
+        if reported.as_ref() != Some(&shown) {
+            *reported = Some(shown);
+            let waiting = AcquireEvent::Waiting(placement.clone());
+            if events.send(Ok(waiting)).await.is_err() {
+                return Ok(ControlFlow::Break(None));
             }
         }
+        let wake_at = retry_at(&placement, now, deadline);
+        tokio::select! {
+            _ = wake.notified() => return Ok(ControlFlow::Continue(())),
+            moved = ticket.moved() => {
+                placement = moved;
+                // Dropped from the queue (purged, or Redis lost it): join again. Close enough
+                // to the front that a grant is this caller's: take it.
+                if placement.position == 0 || placement.position <= placement.occupancy.due {
+                    return Ok(ControlFlow::Continue(()));
+                }
+            }
+            _ = sleep_until(wake_at) => {
+                if wake_at < deadline {
+                    metrics().expiries_seen.inc();
+                }
+                return Ok(ControlFlow::Continue(()));
+            }
+            _ = events.closed() => return Ok(ControlFlow::Break(None)),
+            _ = shutdown.fired() => return Err(Error::ShuttingDown),
+        }
+    }
+}
+
+/// When a caller waiting in line tries again unless something happens first: only the first in
+/// line acts on the expiry of the permit that frees soonest; the others move up when it is
+/// granted.
+fn retry_at(placement: &Placement, now: Instant, deadline: Instant) -> Instant {
+    let no_permit_free = placement.occupancy.due == 0;
+    match (&placement.occupancy.holder, placement.position) {
+        (Some(holder), 1) if no_permit_free => match holder.expiry {
+            Some(expiry) => {
+                let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
+                deadline.min(now + remaining + EXPIRY_SLACK)
+            }
+            None => deadline, // no expiry: only a release or the deadline can end the wait
+        },
+        _ => deadline,
     }
 }
 
