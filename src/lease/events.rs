@@ -1,7 +1,8 @@
 //! The seam between a store and the core: the store reports what it sees into [`StoreEvents`], a
 //! sink that the core makes and hands to the store when it is built; the core keeps this
 //! replica's waiting callers ([`Waiters`]) and watchers ([`Watchers`]) behind it. The
-//! [`LeaseStore`](super::LeaseStore) trait keeps only the atomic operations.
+//! [`LeaseStore`](super::LeaseStore) and [`QueueStore`](super::QueueStore) traits keep only the
+//! store's operations.
 //!
 //! What a store reports: a wake-up for one of this replica's queue entries, positions moved, a
 //! change of holder, and that its reports of one name (or of every name) may have been missed, so
@@ -16,7 +17,7 @@ use std::{
 
 use tokio::sync::watch;
 
-use super::{LeaseChange, LeaseName, Waiters, Watchers};
+use super::{LeaseChange, LeaseName, QueueEntry, Waiters, Watchers};
 
 /// Told the name whose listening changed (first listener in, or last one out); it reads
 /// [`StoreEvents::is_listened`] for which.
@@ -65,14 +66,14 @@ impl StoreEvents {
 
     // ---- What a store reports.
 
-    /// The prefix of this replica's queue entries (`<replica>:<n>`), which the store keeps with
-    /// each entry: random, so that replicas never collide.
+    /// This replica's id in its queue entries ([`QueueEntry::replica`]), which the store keeps
+    /// with each entry: random, so that replicas never collide.
     pub fn replica(&self) -> &str {
         self.0.waiters.replica()
     }
 
     /// A free permit of `name` goes to this replica's queue `entry`: its caller tries now.
-    pub fn wake(&self, name: &str, entry: &str) {
+    pub fn wake(&self, name: &str, entry: &QueueEntry) {
         self.0.waiters.wake(name, entry);
     }
 

@@ -1,22 +1,26 @@
-//! The lease core: domain types, input limits, the [`LeaseStore`] trait of the atomic operations
-//! that both stores implement, the [`StoreEvents`] they report into, and this replica's waiting
+//! The lease core: domain types, input limits, the store contract (`store`: [`LeaseStore`], the
+//! atomic operations that both stores implement, and [`QueueStore`], the fair queue's upkeep),
+//! the [`StoreEvents`] they report into, and this replica's waiting
 //! callers (`waiting`) and watchers (`watch`), which [`Replica`] puts together. Every store
 //! keeps the rules in ARCHITECTURE.md, "Invariants". The core knows nothing of gRPC or Redis.
 
 mod events;
 pub mod limits;
+mod store;
+#[cfg(test)]
+pub(crate) mod test_support;
 mod waiters;
 pub(crate) mod waiting;
 pub(crate) mod watch;
 
-use std::{fmt, future::Future, ops::Deref, sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
-use crate::error::Result;
 pub use crate::error::{GrantMismatch, Refusal};
 pub use events::StoreEvents;
 pub use limits::Limits;
+pub use store::{LeaseStore, QueueEntry, QueueMode, QueueStatus, QueueStore};
+pub use waiters::Placement;
 pub(crate) use waiters::Waiters;
-pub use waiters::{Placement, is_shared_entry};
 /// Public for the tests that bound how soon a dead replica's waiters stop holding others up.
 pub use waiting::STALL_CHECK_INTERVAL;
 pub(crate) use watch::Watchers;
@@ -299,16 +303,6 @@ impl GrantMismatch {
     }
 }
 
-/// Where this replica's waiters of one name stand: who holds the lease and, for each entry asked
-/// about, its position (0 = not in the queue); and the entries first in line that the free
-/// permits go to (any replica's), so that a replica can tell when one of them stalls.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueStatus {
-    pub occupancy: Occupancy,
-    pub positions: Vec<u32>,
-    pub due: Vec<String>,
-}
-
 /// The answer of one renewal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RenewOutcome {
@@ -414,115 +408,9 @@ pub struct LeasePage {
     pub next_page_token: Option<String>,
 }
 
-/// Where lease state lives. Each method is one atomic step in the store; none of them waits for a
-/// busy lease (that policy lives in `waiting`).
-///
-/// Waiting callers queue in the store, first come, first served across every replica: an attempt
-/// with a queue `entry` joins the name's queue if it cannot be granted, and while anyone is queued
-/// the k free permits (1, for an exclusive lease that is free) go only to the first k in line. The
-/// store reports into the [`StoreEvents`] it was built with when a free permit goes to an entry
-/// of this replica (`wake`), when positions or holders changed (`moved`), and each change of
-/// holder (`changed`).
-pub trait LeaseStore: Send + Sync + 'static {
-    /// Grants `request.name` to `lease_id` if a permit is free for it (the lease is free, for an
-    /// exclusive lease) and nobody is ahead in the queue to take it, or answers who holds it.
-    /// With `entry`, a caller that is not granted joins the queue (or keeps its place).
-    /// Idempotent for one `lease_id`: retrying after an unknown outcome returns the same grant.
-    /// Only `name`, `holder`, `ttl`, `limit`, `lock_delay` and `wait` (how long a queue entry may
-    /// be needed) of the request are read.
-    fn try_acquire(
-        &self,
-        request: &ValidatedAcquire,
-        lease_id: &LeaseId,
-        entry: Option<&str>,
-    ) -> impl Future<Output = Result<AcquireOutcome>> + Send;
-
-    /// Moves the expiry forward if `lease_id` still holds `name`. `ttl: None` keeps the granted TTL.
-    /// A grant that another `caller` made with its own lease id is `PERMISSION_DENIED`.
-    fn renew(
-        &self,
-        name: &LeaseName,
-        lease_id: &LeaseId,
-        ttl: Option<Duration>,
-        caller: &Caller,
-    ) -> impl Future<Output = Result<RenewOutcome>> + Send;
-
-    /// Ends the lease (the permit) if `lease_id` holds it, without lock-delay, and wakes the
-    /// caller in line that the freed permit goes to; false if it did not hold it. A grant that
-    /// another `caller` made with its own lease id is `PERMISSION_DENIED` (and nothing ends).
-    fn release(
-        &self,
-        name: &LeaseName,
-        lease_id: &LeaseId,
-        caller: &Caller,
-    ) -> impl Future<Output = Result<bool>> + Send;
-
-    /// Who holds `name` (every permit), and how many wait for it.
-    fn describe(&self, name: &LeaseName) -> impl Future<Output = Result<Description>> + Send;
-
-    /// Takes these entries (callers that gave up) out of the queue of `name`.
-    fn leave(
-        &self,
-        name: &LeaseName,
-        entries: &[String],
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    /// This replica's entries in the queue of `name`, whether or not a caller here owns them.
-    fn queued_here(&self, name: &LeaseName) -> impl Future<Output = Result<Vec<String>>> + Send;
-
-    /// Reads where this replica's `entries` of `name` stand, and which entries the free permits
-    /// go to. Read-only: nothing in the store needs renewing while a caller waits.
-    fn queue_status(
-        &self,
-        name: &LeaseName,
-        entries: &[String],
-    ) -> impl Future<Output = Result<QueueStatus>> + Send;
-
-    /// `stalled` are other replicas' entries that a free permit of `name` went to and that did
-    /// not take it within a grace (their wake-up lost, or their replica gone). Takes out of the
-    /// queue every entry of those replicas that are gone (their liveness lapsed), and with
-    /// `overdue` (stalled far longer than any live replica takes) the `stalled` entries
-    /// themselves; otherwise repeats the free permits' wake-ups. With `stalled` empty, checks
-    /// every replica with entries in the queue (a caller found it full). Answers how many entries
-    /// were taken out.
-    fn unstall(
-        &self,
-        name: &LeaseName,
-        stalled: &[String],
-        overdue: bool,
-    ) -> impl Future<Output = Result<usize>> + Send;
-
-    /// Ends the grants of `name` (the one with `fencing_token` only, if given: `None` ends every
-    /// permit) at once, without lock-delay, like a release by their holders; wakes the callers in
-    /// line that the freed permits go to. A revoked holder's next renewal answers
-    /// [`LeaseGone::Revoked`] with `reason` (for at least the revoked grant's TTL). Empty when
-    /// nothing matched.
-    fn revoke(
-        &self,
-        name: &LeaseName,
-        fencing_token: Option<u64>,
-        reason: &str,
-    ) -> impl Future<Output = Result<Vec<Revoked>>> + Send;
-
-    /// One page of the leases held now whose names start with `prefix`: at most `page_size`,
-    /// possibly fewer (even none) with a next page, for a bounded cost per page. `page_token` is
-    /// a previous page's `next_page_token`; one this store did not make for this prefix is
-    /// `INVALID_ARGUMENT` naming `page_token`. Every lease held for the whole listing appears on
-    /// exactly one page.
-    fn list(
-        &self,
-        prefix: &ListPrefix,
-        page_size: usize,
-        page_token: Option<&str>,
-    ) -> impl Future<Output = Result<LeasePage>> + Send;
-
-    /// Succeeds when the store can answer requests and deliver wake-ups; drives the health status.
-    fn ping(&self) -> impl Future<Output = Result<()>> + Send;
-}
-
 /// This replica of the service: its store, and the core's state beside it (the waiting callers
-/// and watchers that the store's reports reach). The core's functions take a `Replica`; it derefs
-/// to the store, for the atomic operations.
+/// and watchers that the store's reports reach). The core's functions take a `Replica`, and reach
+/// the store through [`Replica::store`].
 #[derive(Debug)]
 pub struct Replica<S> {
     store: Arc<S>,
@@ -565,13 +453,5 @@ impl<S: LeaseStore> Replica<S> {
     /// One listener of `name` leaves.
     pub(crate) fn unlisten(&self, name: &LeaseName) {
         self.events.unlisten(name);
-    }
-}
-
-impl<S> Deref for Replica<S> {
-    type Target = S;
-
-    fn deref(&self) -> &S {
-        &self.store
     }
 }

@@ -2,7 +2,7 @@
 //! and the signals that reach them. The queue itself (its order, every replica's entries) lives in
 //! the store; see ARCHITECTURE.md, "Fair waiting".
 //!
-//! Each waiting caller holds a [`Ticket`]: its entry's id in the store's queue (`<replica>:<n>`),
+//! Each waiting caller holds a [`Ticket`]: its entry in the store's queue ([`QueueEntry`]),
 //! a wake-up ("you are first in line and the lease is free: try now") and its latest
 //! [`Placement`]. Each name with waiters here has one tending task (in
 //! [`waiting`](super::waiting)) that reads the placements after every change, removes the
@@ -26,7 +26,7 @@ use std::{
 
 use tokio::sync::{Notify, watch};
 
-use super::{LeaseName, Occupancy};
+use super::{LeaseName, Occupancy, QueueEntry, QueueMode, hex};
 use crate::metrics::metrics;
 
 /// Where one waiting caller stands, as last read from the store.
@@ -44,16 +44,10 @@ pub struct Placement {
 /// behind other commands on another connection).
 const RECONCILE_ROUNDS: u8 = 2;
 
-/// Whether a queue entry waits for a shared grant (`<replica>:<n>s`), not an exclusive one
-/// (`<replica>:<n>`).
-pub fn is_shared_entry(entry: &str) -> bool {
-    entry.ends_with('s')
-}
-
 /// The callers of this replica waiting in the store's queues, by lease name.
 #[derive(Debug)]
 pub struct Waiters {
-    /// Prefix of this replica's queue entries: random, so that replicas never collide.
+    /// This replica's id in its queue entries: random, so that replicas never collide.
     replica: String,
     next_entry: AtomicU64,
     by_name: Mutex<HashMap<String, NameWaiters>>,
@@ -62,9 +56,9 @@ pub struct Waiters {
 /// This replica's waiters of one name.
 #[derive(Debug, Default)]
 struct NameWaiters {
-    by_entry: HashMap<String, Signals>,
+    by_entry: HashMap<QueueEntry, Signals>,
     /// Entries of callers that left without a grant: the tending task removes them from the store.
-    leaving: Vec<String>,
+    leaving: Vec<QueueEntry>,
     /// The placements changed in the store: the tending task reads them again.
     moved: bool,
     /// The store may hold entries of this replica that no caller here owns: the tending task
@@ -72,7 +66,7 @@ struct NameWaiters {
     reconcile_rounds: u8,
     /// Other replicas' entries that were woken: if they do not take their permit within a
     /// grace, they are stalled (their replica gone, or their wake-up lost).
-    suspects: Vec<String>,
+    suspects: Vec<QueueEntry>,
     /// A caller here found a free permit that goes to someone ahead of it: the tending task
     /// looks again after the grace.
     free_ahead: bool,
@@ -87,11 +81,11 @@ struct Signals {
 
 /// What the tending task of a name has to do next.
 pub(super) struct Chores {
-    pub entries: Vec<String>,
-    pub leaving: Vec<String>,
+    pub entries: Vec<QueueEntry>,
+    pub leaving: Vec<QueueEntry>,
     pub moved: bool,
     pub reconcile: bool,
-    pub suspects: Vec<String>,
+    pub suspects: Vec<QueueEntry>,
     pub free_ahead: bool,
 }
 
@@ -101,10 +95,10 @@ const MAX_SUSPECTS: usize = 16;
 
 impl Waiters {
     pub fn new() -> Self {
-        let mut bytes = [0u8; 4];
+        let mut bytes = [0u8; super::store::REPLICA_ID_DIGITS / 2];
         getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
         Waiters {
-            replica: bytes.iter().map(|b| format!("{b:02x}")).collect(),
+            replica: hex(&bytes),
             next_entry: AtomicU64::new(1),
             by_name: Mutex::new(HashMap::new()),
         }
@@ -121,19 +115,21 @@ impl Waiters {
 
     /// Registers a caller about to wait on `name`. The second value is the name's tending signal
     /// when this is the first waiter of the name here: the caller must start its tending task.
-    /// A caller that waits for a shared grant gets an entry that ends with `s`
-    /// ([`is_shared_entry`]): the stores read the mode of each caller in line from it.
+    /// A caller that waits for a shared grant gets a [`QueueMode::Shared`] entry: the stores
+    /// read the mode of each caller in line from it.
     pub(super) fn join(
         self: &Arc<Self>,
         name: &LeaseName,
         shared: bool,
     ) -> (Ticket, Option<Arc<Notify>>) {
-        let entry = format!(
-            "{}:{}{}",
-            self.replica,
-            self.next_entry.fetch_add(1, Ordering::Relaxed),
-            if shared { "s" } else { "" }
-        );
+        let entry = QueueEntry {
+            replica: self.replica.clone(),
+            sequence: self.next_entry.fetch_add(1, Ordering::Relaxed),
+            mode: match shared {
+                true => QueueMode::Shared,
+                false => QueueMode::Exclusive,
+            },
+        };
         let wake = Arc::new(Notify::new());
         let (placement, placement_rx) = watch::channel(Placement::default());
         let mut by_name = self.by_name();
@@ -166,7 +162,7 @@ impl Waiters {
     /// free. An entry of this replica that no caller here holds (its attempt ran in the store
     /// after the caller had gone) would hold up the queue: it is taken out. Another replica's
     /// entry is remembered: the tending task checks that it took its permit.
-    pub fn wake(&self, name: &str, entry: &str) {
+    pub fn wake(&self, name: &str, entry: &QueueEntry) {
         let mut by_name = self.by_name();
         let Some(waiters) = by_name.get_mut(name) else {
             return;
@@ -175,8 +171,8 @@ impl Waiters {
             Some(signals) => signals.wake.notify_one(),
             None if self.is_mine(entry) => {
                 if !waiters.leaving.iter().any(|leaving| leaving == entry) {
-                    tracing::debug!(name, entry, "woken entry has no caller here; removing it");
-                    waiters.leaving.push(entry.to_owned());
+                    tracing::debug!(name, %entry, "woken entry has no caller here; removing it");
+                    waiters.leaving.push(entry.clone());
                 }
                 waiters.tend.notify_one();
             }
@@ -184,7 +180,7 @@ impl Waiters {
                 if waiters.suspects.len() < MAX_SUSPECTS
                     && !waiters.suspects.iter().any(|suspect| suspect == entry)
                 {
-                    waiters.suspects.push(entry.to_owned());
+                    waiters.suspects.push(entry.clone());
                 }
                 waiters.tend.notify_one();
             }
@@ -200,10 +196,8 @@ impl Waiters {
     }
 
     /// Whether `entry` is one of this replica's queue entries.
-    pub(super) fn is_mine(&self, entry: &str) -> bool {
-        entry
-            .strip_prefix(self.replica.as_str())
-            .is_some_and(|rest| rest.starts_with(':'))
+    pub(super) fn is_mine(&self, entry: &QueueEntry) -> bool {
+        entry.replica == self.replica
     }
 
     /// An attempt of a caller waiting on `name` ended without an answer: the store may still run
@@ -226,9 +220,9 @@ impl Waiters {
     }
 
     /// Of `queued`, this replica's entries in the store's queue of `name`
-    /// ([`LeaseStore::queued_here`](super::LeaseStore::queued_here)), those that no caller here
+    /// ([`QueueStore::queued_here`](super::QueueStore::queued_here)), those that no caller here
     /// holds: they must go.
-    pub(super) fn without_caller(&self, name: &str, queued: Vec<String>) -> Vec<String> {
+    pub(super) fn without_caller(&self, name: &str, queued: Vec<QueueEntry>) -> Vec<QueueEntry> {
         let by_name = self.by_name();
         let live = by_name.get(name).map(|waiters| &waiters.by_entry);
         queued
@@ -294,14 +288,14 @@ impl Waiters {
     }
 
     /// Entries whose removal failed go back on the list, to be retried at the next tending.
-    pub(super) fn retry_leaving(&self, name: &str, entries: Vec<String>) {
+    pub(super) fn retry_leaving(&self, name: &str, entries: Vec<QueueEntry>) {
         if let Some(waiters) = self.by_name().get_mut(name) {
             waiters.leaving.extend(entries);
         }
     }
 
     /// Delivers the placements read from the store to each waiter of `name`.
-    pub(super) fn place(&self, name: &str, placements: Vec<(String, Placement)>) {
+    pub(super) fn place(&self, name: &str, placements: Vec<(QueueEntry, Placement)>) {
         let by_name = self.by_name();
         let Some(waiters) = by_name.get(name) else {
             return;
@@ -319,13 +313,13 @@ impl Waiters {
         }
     }
 
-    fn leave(&self, name: &str, entry: &str, granted: bool) {
+    fn leave(&self, name: &str, entry: &QueueEntry, granted: bool) {
         metrics().waiters.dec();
         let mut by_name = self.by_name();
         if let Some(waiters) = by_name.get_mut(name) {
             waiters.by_entry.remove(entry);
             if !granted {
-                waiters.leaving.push(entry.to_owned());
+                waiters.leaving.push(entry.clone());
             }
             // The tending task removes the entry from the store, or forgets the name.
             waiters.tend.notify_one();
@@ -345,15 +339,15 @@ impl Default for Waiters {
 pub struct Ticket {
     waiters: Arc<Waiters>,
     name: LeaseName,
-    entry: String,
+    entry: QueueEntry,
     wake: Arc<Notify>,
     placement: watch::Receiver<Placement>,
     granted: bool,
 }
 
 impl Ticket {
-    /// The entry's id in the store's queue.
-    pub fn entry(&self) -> &str {
+    /// The entry in the store's queue.
+    pub fn entry(&self) -> &QueueEntry {
         &self.entry
     }
 

@@ -1,5 +1,6 @@
-//! The two implementations of [`LeaseStore`]: Redis for production, in-process memory for a
-//! first run and for tests of the contract; and [`Store`], the one of them this process serves.
+//! The two implementations of [`LeaseStore`] and [`QueueStore`]: Redis for production,
+//! in-process memory for a first run and for tests of the contract; and [`Store`], the one of them
+//! this process serves.
 
 pub mod memory;
 pub mod redis;
@@ -16,7 +17,7 @@ use crate::{
     error::{Error, Result},
     lease::{
         AcquireOutcome, Caller, Description, LeaseId, LeaseName, LeasePage, LeaseStore, ListPrefix,
-        QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
+        QueueEntry, QueueStatus, QueueStore, RenewOutcome, Revoked, ValidatedAcquire,
     },
 };
 
@@ -36,7 +37,7 @@ impl LeaseStore for Store {
         &self,
         request: &ValidatedAcquire,
         lease_id: &LeaseId,
-        entry: Option<&str>,
+        entry: Option<&QueueEntry>,
     ) -> Result<AcquireOutcome> {
         match self {
             Store::Memory(store) => store.try_acquire(request, lease_id, entry).await,
@@ -71,34 +72,6 @@ impl LeaseStore for Store {
         }
     }
 
-    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
-        match self {
-            Store::Memory(store) => store.leave(name, entries).await,
-            Store::Redis(store) => store.leave(name, entries).await,
-        }
-    }
-
-    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
-        match self {
-            Store::Memory(store) => store.queued_here(name).await,
-            Store::Redis(store) => store.queued_here(name).await,
-        }
-    }
-
-    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
-        match self {
-            Store::Memory(store) => store.queue_status(name, entries).await,
-            Store::Redis(store) => store.queue_status(name, entries).await,
-        }
-    }
-
-    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
-        match self {
-            Store::Memory(store) => store.unstall(name, stalled, overdue).await,
-            Store::Redis(store) => store.unstall(name, stalled, overdue).await,
-        }
-    }
-
     async fn revoke(
         &self,
         name: &LeaseName,
@@ -127,6 +100,41 @@ impl LeaseStore for Store {
         match self {
             Store::Memory(store) => store.ping().await,
             Store::Redis(store) => store.ping().await,
+        }
+    }
+}
+
+impl QueueStore for Store {
+    async fn leave(&self, name: &LeaseName, entries: &[QueueEntry]) -> Result<()> {
+        match self {
+            Store::Memory(store) => store.leave(name, entries).await,
+            Store::Redis(store) => store.leave(name, entries).await,
+        }
+    }
+
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<QueueEntry>> {
+        match self {
+            Store::Memory(store) => store.queued_here(name).await,
+            Store::Redis(store) => store.queued_here(name).await,
+        }
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[QueueEntry]) -> Result<QueueStatus> {
+        match self {
+            Store::Memory(store) => store.queue_status(name, entries).await,
+            Store::Redis(store) => store.queue_status(name, entries).await,
+        }
+    }
+
+    async fn unstall(
+        &self,
+        name: &LeaseName,
+        stalled: &[QueueEntry],
+        overdue: bool,
+    ) -> Result<usize> {
+        match self {
+            Store::Memory(store) => store.unstall(name, stalled, overdue).await,
+            Store::Redis(store) => store.unstall(name, stalled, overdue).await,
         }
     }
 }

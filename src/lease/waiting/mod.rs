@@ -9,7 +9,7 @@ mod tending;
 #[cfg(test)]
 mod tests;
 
-use std::{sync::Arc, time::Duration};
+use std::{ops::ControlFlow, sync::Arc, time::Duration};
 
 use tokio::{
     sync::mpsc,
@@ -17,8 +17,8 @@ use tokio::{
 };
 
 use super::{
-    AcquireOutcome, Caller, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement, Refusal,
-    Replica, ValidatedAcquire, waiters::Ticket,
+    AcquireOutcome, Caller, Grant, LeaseId, LeaseName, LeaseStore, Occupancy, Placement,
+    QueueEntry, QueueStore, Refusal, Replica, ValidatedAcquire, waiters::Ticket,
 };
 use crate::{
     error::{Error, Result},
@@ -75,16 +75,10 @@ impl std::fmt::Debug for GrantDelivery {
     }
 }
 
-/// How a wait ends.
-enum Terminal {
-    Granted(Grant),
-    NotGranted(Occupancy),
-}
-
 /// Runs one `Acquire`: returns the events as a channel fed by a spawned task. Dropping the
 /// receiver cancels the wait; a grant that can no longer be delivered is released at once.
-pub fn acquire<S: LeaseStore>(
-    store: Arc<Replica<S>>,
+pub fn acquire<S: QueueStore>(
+    replica: Arc<Replica<S>>,
     request: ValidatedAcquire,
     shutdown: Shutdown,
 ) -> mpsc::Receiver<Result<AcquireEvent>> {
@@ -93,20 +87,16 @@ pub fn acquire<S: LeaseStore>(
     // its children.
     let waiting = async move {
         let lease_id = lease_id_for(&request);
-        let outcome = wait_for_grant(&store, &request, &lease_id, &events, &shutdown).await;
+        let outcome = wait_for_grant(&replica, &request, &lease_id, &events, &shutdown).await;
         match outcome {
-            Ok(Some(Terminal::Granted(grant))) => {
-                let delivery = delivery(&store, &request, grant);
-                // If the caller left, the unsent delivery drops here and releases the lease
-                // (unless the caller chose its lease id: then it releases the id itself).
-                let _ = events.send(Ok(AcquireEvent::Granted(delivery))).await;
-            }
-            Ok(Some(Terminal::NotGranted(occupancy))) => {
-                let _ = events.send(Ok(AcquireEvent::NotGranted(occupancy))).await;
+            Ok(Some(terminal)) => {
+                // If the caller left, an unsent grant's delivery drops here and releases the
+                // lease (unless the caller chose its lease id: then it releases the id itself).
+                let _ = events.send(Ok(terminal)).await;
             }
             Ok(None) => {} // the caller left or the server stops; nothing to say
             Err(error) => {
-                undo_if_unknown(&store, &request, &lease_id, &error);
+                undo_if_unknown(&replica, &request, &lease_id, &error);
                 let _ = events.send(Err(error)).await;
             }
         }
@@ -120,28 +110,28 @@ pub fn acquire<S: LeaseStore>(
 /// response stream. If the caller leaves while the store call is in flight (the future is
 /// dropped), the grant it may have made is released.
 pub async fn try_once<S: LeaseStore>(
-    store: &Arc<Replica<S>>,
+    replica: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
 ) -> Result<AcquireEvent> {
     let lease_id = lease_id_for(request);
     let in_flight = server_undoes(request).then(|| ReleaseIfDropped {
-        store,
+        replica,
         name: &request.name,
         lease_id: &lease_id,
         ttl: request.ttl,
     });
-    let outcome = store.try_acquire(request, &lease_id, None).await;
+    let outcome = replica.store().try_acquire(request, &lease_id, None).await;
     if let Some(in_flight) = in_flight {
         in_flight.disarm();
     }
     match outcome {
         Ok(AcquireOutcome::Granted(grant)) => {
-            Ok(AcquireEvent::Granted(delivery(store, request, grant)))
+            Ok(AcquireEvent::Granted(delivery(replica, request, grant)))
         }
         Ok(AcquireOutcome::Busy { occupancy, .. }) => Ok(AcquireEvent::NotGranted(occupancy)),
         Ok(refused) => Err(refusal(request, refused)),
         Err(error) => {
-            undo_if_unknown(store, request, &lease_id, &error);
+            undo_if_unknown(replica, request, &lease_id, &error);
             Err(error)
         }
     }
@@ -162,7 +152,7 @@ fn server_undoes(request: &ValidatedAcquire) -> bool {
 
 /// Releases, in the background, the grant that a store call dropped mid-flight may have made.
 struct ReleaseIfDropped<'a, S: LeaseStore> {
-    store: &'a Arc<Replica<S>>,
+    replica: &'a Arc<Replica<S>>,
     name: &'a LeaseName,
     lease_id: &'a LeaseId,
     ttl: Duration,
@@ -178,14 +168,20 @@ impl<S: LeaseStore> ReleaseIfDropped<'_, S> {
 impl<S: LeaseStore> Drop for ReleaseIfDropped<'_, S> {
     fn drop(&mut self) {
         tracing::debug!(name = %self.name, "caller left during its acquire attempt; releasing");
-        release_in_background(self.store, self.name, self.lease_id, self.ttl, Undo::Maybe);
+        release_in_background(
+            self.replica,
+            self.name,
+            self.lease_id,
+            self.ttl,
+            Undo::Maybe,
+        );
     }
 }
 
 /// A grant ready for its caller, released if it never reaches them (unless the caller chose its
 /// lease id: [`server_undoes`]).
 fn delivery<S: LeaseStore>(
-    store: &Arc<Replica<S>>,
+    replica: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
     grant: Grant,
 ) -> GrantDelivery {
@@ -195,14 +191,14 @@ fn delivery<S: LeaseStore>(
             release: None,
         };
     }
-    let (store, name) = (store.clone(), request.name.clone());
+    let (replica, name) = (replica.clone(), request.name.clone());
     let lease_id = grant.lease_id.clone();
     let ttl = Duration::from_millis(grant.ttl_ms.max(0) as u64);
     GrantDelivery {
         grant,
         release: Some(Box::new(move || {
             tracing::debug!(%name, "caller left before the grant reached it; releasing");
-            release_in_background(&store, &name, &lease_id, ttl, Undo::Made);
+            release_in_background(&replica, &name, &lease_id, ttl, Undo::Made);
         })),
     }
 }
@@ -211,13 +207,13 @@ fn delivery<S: LeaseStore>(
 /// answer was lost). Undoes it in the background with the same lease id (release is conditional
 /// and idempotent).
 fn undo_if_unknown<S: LeaseStore>(
-    store: &Arc<Replica<S>>,
+    replica: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
     lease_id: &LeaseId,
     error: &Error,
 ) {
     if matches!(error, Error::Unavailable(_)) && server_undoes(request) {
-        release_in_background(store, &request.name, lease_id, request.ttl, Undo::Maybe);
+        release_in_background(replica, &request.name, lease_id, request.ttl, Undo::Maybe);
     }
 }
 
@@ -240,14 +236,14 @@ const UNDO_MARGIN: Duration = Duration::from_secs(60);
 /// Releases `lease_id`'s grant of `name`, of TTL `ttl`, in a task of its own, quietly (see
 /// [`release_quietly`]).
 fn release_in_background<S: LeaseStore>(
-    store: &Arc<Replica<S>>,
+    replica: &Arc<Replica<S>>,
     name: &LeaseName,
     lease_id: &LeaseId,
     ttl: Duration,
     undo: Undo,
 ) {
-    let (store, name, lease_id) = (store.clone(), name.clone(), lease_id.clone());
-    tokio::spawn(async move { release_quietly(&*store, &name, &lease_id, ttl, undo).await });
+    let (replica, name, lease_id) = (replica.clone(), name.clone(), lease_id.clone());
+    tokio::spawn(async move { release_quietly(&replica, &name, &lease_id, ttl, undo).await });
 }
 
 /// The error for an attempt the store refused outright: the queue is full, or the limit differs
@@ -287,43 +283,47 @@ struct Shown {
     holder: Option<(String, u64)>,
 }
 
-/// Tries until granted or the wait runs out. `Ok(None)`: the caller left.
-async fn wait_for_grant<S: LeaseStore>(
-    store: &Arc<Replica<S>>,
+impl Shown {
+    fn of(placement: &Placement) -> Self {
+        let occupancy = &placement.occupancy;
+        Shown {
+            position: placement.position,
+            held: occupancy.held,
+            holder: occupancy
+                .holder
+                .as_ref()
+                .map(|h| (h.holder.clone(), h.fencing_token)),
+        }
+    }
+}
+
+/// Tries until granted or the wait runs out: the terminal event. `Ok(None)`: the caller left.
+async fn wait_for_grant<S: QueueStore>(
+    replica: &Arc<Replica<S>>,
     request: &ValidatedAcquire,
     lease_id: &LeaseId,
     events: &mpsc::Sender<Result<AcquireEvent>>,
     shutdown: &Shutdown,
-) -> Result<Option<Terminal>> {
+) -> Result<Option<AcquireEvent>> {
     let deadline = Instant::now() + request.wait;
     // A caller that may wait takes a ticket before its first attempt, so that the attempt queues
     // it if the lease is busy, and every wake-up after it reaches this caller.
     let mut ticket = match request.wait.is_zero() {
         true => None,
-        false => Some(join(store, &request.name, request.shared)),
+        false => Some(join(replica, &request.name, request.shared)),
     };
     let mut reported: Option<Shown> = None;
     // A full queue is checked once for entries of replicas that are gone.
     let mut purged = false;
     loop {
         let entry = ticket.as_ref().map(Ticket::entry);
-        let outcome = match store.try_acquire(request, lease_id, entry).await {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                // The store may still run this attempt after the caller has its error (a stall
-                // past the timeout) and queue an entry that nobody here will take.
-                if entry.is_some() && matches!(error, Error::Unavailable(_)) {
-                    store.waiters().reconcile(request.name.as_str());
-                }
-                return Err(error);
-            }
-        };
-        let mut placement = match outcome {
+        let placement = match attempt(replica, request, lease_id, entry).await? {
             AcquireOutcome::Granted(grant) => {
                 if let Some(ticket) = ticket.take() {
                     ticket.granted();
                 }
-                return Ok(Some(Terminal::Granted(grant)));
+                let delivery = delivery(replica, request, grant);
+                return Ok(Some(AcquireEvent::Granted(delivery)));
             }
             AcquireOutcome::Busy {
                 occupancy,
@@ -335,7 +335,7 @@ async fn wait_for_grant<S: LeaseStore>(
             // Entries of replicas that are gone may fill it: checked once, before refusing.
             full @ AcquireOutcome::QueueFull { .. } if entry.is_some() && !purged => {
                 purged = true;
-                if store.unstall(&request.name, &[], false).await? > 0 {
+                if replica.store().unstall(&request.name, &[], false).await? > 0 {
                     continue;
                 }
                 return Err(refusal(request, full));
@@ -343,75 +343,104 @@ async fn wait_for_grant<S: LeaseStore>(
             refused => return Err(refusal(request, refused)),
         };
         let Some(ticket) = ticket.as_mut() else {
-            return Ok(Some(Terminal::NotGranted(placement.occupancy)));
+            return Ok(Some(AcquireEvent::NotGranted(placement.occupancy)));
         };
-        if (1..placement.position).contains(&placement.occupancy.due) {
-            ticket.free_ahead();
-        }
-        let wake = ticket.wake_signal();
-        // Wait in line until there is a reason to try again.
-        loop {
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(Some(Terminal::NotGranted(placement.occupancy)));
-            }
-            let occupancy = &placement.occupancy;
-            let shown = Shown {
-                position: placement.position,
-                held: occupancy.held,
-                holder: occupancy
-                    .holder
-                    .as_ref()
-                    .map(|h| (h.holder.clone(), h.fencing_token)),
-            };
-            if reported.as_ref() != Some(&shown) {
-                reported = Some(shown);
-                let waiting = AcquireEvent::Waiting(placement.clone());
-                if events.send(Ok(waiting)).await.is_err() {
-                    return Ok(None);
-                }
-            }
-            // Only the first in line acts on the expiry of the permit that frees soonest; the
-            // others move up when it is granted.
-            let no_permit_free = placement.occupancy.due == 0;
-            let wake_at = match (&placement.occupancy.holder, placement.position) {
-                (Some(holder), 1) if no_permit_free => match holder.expiry {
-                    Some(expiry) => {
-                        let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
-                        deadline.min(now + remaining + EXPIRY_SLACK)
-                    }
-                    None => deadline, // no expiry: only a release or the deadline can end the wait
-                },
-                _ => deadline,
-            };
-            tokio::select! {
-                _ = wake.notified() => break,
-                moved = ticket.moved() => {
-                    placement = moved;
-                    // Dropped from the queue (purged, or Redis lost it): join again. Close enough
-                    // to the front that a grant is this caller's: take it.
-                    if placement.position == 0 || placement.position <= placement.occupancy.due {
-                        break;
-                    }
-                }
-                _ = sleep_until(wake_at) => {
-                    if wake_at < deadline {
-                        metrics().expiries_seen.inc();
-                    }
-                    break;
-                }
-                _ = events.closed() => return Ok(None),
-                _ = shutdown.fired() => return Err(Error::ShuttingDown),
-            }
+        let waited = wait_in_line(ticket, placement, deadline, &mut reported, events, shutdown);
+        if let ControlFlow::Break(terminal) = waited.await? {
+            return Ok(terminal);
         }
     }
 }
 
+/// One attempt, queued with `entry` if the caller may wait.
+async fn attempt<S: LeaseStore>(
+    replica: &Replica<S>,
+    request: &ValidatedAcquire,
+    lease_id: &LeaseId,
+    entry: Option<&QueueEntry>,
+) -> Result<AcquireOutcome> {
+    let outcome = replica.store().try_acquire(request, lease_id, entry).await;
+    // The store may still run this attempt after the caller has its error (a stall past the
+    // timeout) and queue an entry that nobody here will take.
+    if entry.is_some() && matches!(outcome, Err(Error::Unavailable(_))) {
+        replica.waiters().reconcile(request.name.as_str());
+    }
+    outcome
+}
+
+/// Waits in line, telling the caller where it stands, until there is a reason to try again
+/// (`Continue`) or the wait is over (`Break`, with the terminal event; `None`: the caller left).
+async fn wait_in_line(
+    ticket: &mut Ticket,
+    mut placement: Placement,
+    deadline: Instant,
+    reported: &mut Option<Shown>,
+    events: &mpsc::Sender<Result<AcquireEvent>>,
+    shutdown: &Shutdown,
+) -> Result<ControlFlow<Option<AcquireEvent>>> {
+    if (1..placement.position).contains(&placement.occupancy.due) {
+        ticket.free_ahead();
+    }
+    let wake = ticket.wake_signal();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            let not_granted = AcquireEvent::NotGranted(placement.occupancy);
+            return Ok(ControlFlow::Break(Some(not_granted)));
+        }
+        let shown = Shown::of(&placement);
+        if reported.as_ref() != Some(&shown) {
+            *reported = Some(shown);
+            let waiting = AcquireEvent::Waiting(placement.clone());
+            if events.send(Ok(waiting)).await.is_err() {
+                return Ok(ControlFlow::Break(None));
+            }
+        }
+        let wake_at = retry_at(&placement, now, deadline);
+        tokio::select! {
+            _ = wake.notified() => return Ok(ControlFlow::Continue(())),
+            moved = ticket.moved() => {
+                placement = moved;
+                // Dropped from the queue (purged, or Redis lost it): join again. Close enough
+                // to the front that a grant is this caller's: take it.
+                if placement.position == 0 || placement.position <= placement.occupancy.due {
+                    return Ok(ControlFlow::Continue(()));
+                }
+            }
+            _ = sleep_until(wake_at) => {
+                if wake_at < deadline {
+                    metrics().expiries_seen.inc();
+                }
+                return Ok(ControlFlow::Continue(()));
+            }
+            _ = events.closed() => return Ok(ControlFlow::Break(None)),
+            _ = shutdown.fired() => return Err(Error::ShuttingDown),
+        }
+    }
+}
+
+/// When a caller waiting in line tries again unless something happens first: only the first in
+/// line acts on the expiry of the permit that frees soonest; the others move up when it is
+/// granted.
+fn retry_at(placement: &Placement, now: Instant, deadline: Instant) -> Instant {
+    let no_permit_free = placement.occupancy.due == 0;
+    match (&placement.occupancy.holder, placement.position) {
+        (Some(holder), 1) if no_permit_free => match holder.expiry {
+            Some(expiry) => {
+                let remaining = Duration::from_millis(expiry.remaining_ms.max(0) as u64);
+                deadline.min(now + remaining + EXPIRY_SLACK)
+            }
+            None => deadline, // no expiry: only a release or the deadline can end the wait
+        },
+        _ => deadline,
+    }
+}
+
 /// Registers a waiter of `name` on this replica; the first one starts the name's tending task.
-fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName, shared: bool) -> Ticket {
-    let (ticket, first_here) = store.waiters().join(name, shared);
+fn join<S: QueueStore>(replica: &Arc<Replica<S>>, name: &LeaseName, shared: bool) -> Ticket {
+    let (ticket, first_here) = replica.waiters().join(name, shared);
     if let Some(tend) = first_here {
-        tokio::spawn(tend_queue(store.clone(), name.clone(), tend));
+        tokio::spawn(tend_queue(replica.clone(), name.clone(), tend));
     }
     ticket
 }
@@ -427,7 +456,7 @@ fn join<S: LeaseStore>(store: &Arc<Replica<S>>, name: &LeaseName, shared: bool) 
 /// grant. A grant hidden by a stall then lives about as long again as the stall, at most; one
 /// that Redis runs after the last try expires at its TTL, as does any grant whose release fails.
 async fn release_quietly<S: LeaseStore>(
-    store: &Replica<S>,
+    replica: &Replica<S>,
     name: &LeaseName,
     lease_id: &LeaseId,
     ttl: Duration,
@@ -437,7 +466,11 @@ async fn release_quietly<S: LeaseStore>(
     let mut interval = FIRST_UNDO_RETRY;
     for attempt in 0u32.. {
         // The server's own undo of its caller's grant: not bound by who the caller is.
-        match store.release(name, lease_id, &Caller::anyone()).await {
+        match replica
+            .store()
+            .release(name, lease_id, &Caller::anyone())
+            .await
+        {
             Ok(true) => return,
             Ok(false) if undo == Undo::Made => return,
             Ok(false) => {}

@@ -1,24 +1,24 @@
 //! The tending task's check on other replicas' entries that stall a free permit, on the paused
 //! clock: the embedded store plays the shared queue, with an entry of a "peer" replica first in
-//! line, and [`Peer`] plays the part of the Redis store's `unstall` (the peer's heartbeat).
-
-use std::sync::Mutex;
+//! line, and [`UnreliableStore::with_peer`] plays the part of the Redis store's `unstall` (the
+//! peer's heartbeat).
 
 use super::{
     tending::{STALL_CHECK_INTERVAL, STALL_GRACE, STALL_LIMIT},
     *,
 };
 use crate::{
-    error::Result,
     lease::{
-        Description, LeasePage, Limits, ListPrefix, QueueStatus, RenewOutcome, Revoked,
-        StoreEvents, limits::AcquireFields,
+        Limits, QueueEntry,
+        limits::AcquireFields,
+        test_support::{Reports, UnreliableStore},
     },
     store::MemoryStore,
 };
 
 const NAME: &str = "jobs/nightly";
-const PEER_ENTRY: &str = "peer:1";
+/// The peer replica's id.
+const PEER: &str = "feedbeef";
 
 fn name() -> LeaseName {
     LeaseName(NAME.into())
@@ -39,112 +39,36 @@ fn request(wait_ms: i64) -> ValidatedAcquire {
 /// The embedded store, with another replica ("peer") whose liveness the test sets; `unstall`
 /// takes the peer's entries out as the Redis store would: all of them once the peer is gone,
 /// the stalled ones when overdue.
-struct Peer {
-    store: Arc<MemoryStore>,
-    alive: bool,
-    /// Each `unstall` call: when, and whether overdue.
-    checks: Mutex<Vec<(Instant, bool)>>,
+fn peer_replica(alive: bool) -> Arc<Replica<UnreliableStore<MemoryStore>>> {
+    let replica = UnreliableStore::memory_replica(Reports::Heard);
+    replica.store().with_peer(PEER, alive);
+    replica
 }
 
-impl Peer {
-    fn replica(alive: bool) -> Arc<Replica<Self>> {
-        let events = StoreEvents::new();
-        let peer = Peer {
-            store: MemoryStore::new(16, events.clone()),
-            alive,
-            checks: Mutex::new(Vec::new()),
-        };
-        Replica::new(Arc::new(peer), events)
-    }
-}
-
-impl LeaseStore for Peer {
-    async fn try_acquire(
-        &self,
-        request: &ValidatedAcquire,
-        lease_id: &LeaseId,
-        entry: Option<&str>,
-    ) -> Result<AcquireOutcome> {
-        self.store.try_acquire(request, lease_id, entry).await
-    }
-    async fn renew(
-        &self,
-        name: &LeaseName,
-        lease_id: &LeaseId,
-        ttl: Option<Duration>,
-        caller: &Caller,
-    ) -> Result<RenewOutcome> {
-        self.store.renew(name, lease_id, ttl, caller).await
-    }
-    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
-        self.store.release(name, lease_id, caller).await
-    }
-    async fn describe(&self, name: &LeaseName) -> Result<Description> {
-        self.store.describe(name).await
-    }
-    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
-        self.store.leave(name, entries).await
-    }
-    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
-        // The peer's entries are not this replica's.
-        let queued = self.store.queued_here(name).await?;
-        Ok(queued
-            .into_iter()
-            .filter(|entry| entry != PEER_ENTRY)
-            .collect())
-    }
-    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
-        self.store.queue_status(name, entries).await
-    }
-    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
-        self.checks.lock().unwrap().push((Instant::now(), overdue));
-        let taken: Vec<String> = match (self.alive, overdue) {
-            (true, false) => Vec::new(),
-            _ => stalled.to_vec(),
-        };
-        self.store.leave(name, &taken).await?;
-        Ok(taken.len())
-    }
-    async fn revoke(
-        &self,
-        name: &LeaseName,
-        fencing_token: Option<u64>,
-        reason: &str,
-    ) -> Result<Vec<Revoked>> {
-        self.store.revoke(name, fencing_token, reason).await
-    }
-    async fn list(
-        &self,
-        prefix: &ListPrefix,
-        page_size: usize,
-        page_token: Option<&str>,
-    ) -> Result<LeasePage> {
-        self.store.list(prefix, page_size, page_token).await
-    }
-    async fn ping(&self) -> Result<()> {
-        Ok(())
-    }
+fn peer_entry() -> QueueEntry {
+    QueueEntry::parse(&format!("{PEER}:1")).unwrap()
 }
 
 /// A holder, then the peer's entry first in line, then a waiter of this replica (position 2);
 /// the holder releases. Returns the waiter's events and the moment of the release.
 async fn peer_first_then_release(
-    store: &Arc<Replica<Peer>>,
+    replica: &Arc<Replica<UnreliableStore<MemoryStore>>>,
 ) -> (mpsc::Receiver<Result<AcquireEvent>>, Instant) {
+    let store = replica.store();
     let holder = LeaseId::generate();
     assert!(matches!(
         store.try_acquire(&request(0), &holder, None).await.unwrap(),
         AcquireOutcome::Granted(_)
     ));
     let peer = store
-        .try_acquire(&request(60_000), &LeaseId::generate(), Some(PEER_ENTRY))
+        .try_acquire(&request(60_000), &LeaseId::generate(), Some(&peer_entry()))
         .await
         .unwrap();
     assert!(
         matches!(peer, AcquireOutcome::Busy { position: 1, .. }),
         "{peer:?}"
     );
-    let mut waiter = acquire(store.clone(), request(60_000), Shutdown::never());
+    let mut waiter = acquire(replica.clone(), request(60_000), Shutdown::never());
     match waiter.recv().await.unwrap().unwrap() {
         AcquireEvent::Waiting(placement) => assert_eq!(placement.position, 2),
         other => panic!("expected Waiting, got {other:?}"),
@@ -178,11 +102,11 @@ async fn granted_at(waiter: &mut mpsc::Receiver<Result<AcquireEvent>>) -> Instan
 /// is granted at that moment. One check, not overdue.
 #[tokio::test(start_paused = true)]
 async fn a_gone_replicas_woken_entry_is_purged_after_the_grace() {
-    let store = Peer::replica(false);
-    let (mut waiter, released_at) = peer_first_then_release(&store).await;
+    let replica = peer_replica(false);
+    let (mut waiter, released_at) = peer_first_then_release(&replica).await;
     let granted = granted_at(&mut waiter).await;
     assert_eq!(granted - released_at, STALL_GRACE);
-    let checks = store.checks.lock().unwrap().clone();
+    let checks = replica.store().unstalls();
     assert_eq!(checks, [(released_at + STALL_GRACE, false)]);
 }
 
@@ -191,10 +115,10 @@ async fn a_gone_replicas_woken_entry_is_purged_after_the_grace() {
 /// taken out as overdue 5 s after the wake-up; the waiter behind it is granted then.
 #[tokio::test(start_paused = true)]
 async fn a_live_replicas_stalled_entry_is_taken_out_when_overdue() {
-    let store = Peer::replica(true);
-    let (mut waiter, released_at) = peer_first_then_release(&store).await;
+    let replica = peer_replica(true);
+    let (mut waiter, released_at) = peer_first_then_release(&replica).await;
     let granted = granted_at(&mut waiter).await;
-    let checks = store.checks.lock().unwrap().clone();
+    let checks = replica.store().unstalls();
     let overdue_at = released_at + STALL_LIMIT;
     assert_eq!(granted, overdue_at);
     let expected =

@@ -15,7 +15,7 @@ use tokio::{
 use super::EXPIRY_SLACK;
 use crate::{
     error::Result,
-    lease::{LeaseName, LeaseStore, Placement, QueueStatus, Replica},
+    lease::{LeaseName, Placement, QueueEntry, QueueStatus, QueueStore, Replica, waiters::Chores},
     metrics::metrics,
 };
 
@@ -47,7 +47,7 @@ const LEAVE_BATCH: usize = 256;
 
 /// Other replicas' entries that hold up free permits of the name, since when.
 struct Stall {
-    entries: Vec<String>,
+    entries: Vec<QueueEntry>,
     since: Instant,
     checked: Option<Instant>,
 }
@@ -97,18 +97,22 @@ fn is_due(slot: Option<Instant>, now: Instant) -> bool {
 /// listens for the name's wake-ups, removes the entries of callers that left (and, when asked to
 /// reconcile, those of this replica that no caller here owns), reads the placements when they
 /// may have changed, and checks on other replicas' entries that hold up a free permit.
-pub(super) async fn tend_queue<S: LeaseStore>(
-    store: Arc<Replica<S>>,
+pub(super) async fn tend_queue<S: QueueStore>(
+    replica: Arc<Replica<S>>,
     name: LeaseName,
     tend: Arc<Notify>,
 ) {
     // The subscription's confirmation reports a resync: the first read comes with it.
-    store.listen(&name);
-    let mut due = Due::default();
-    let mut stall: Option<Stall> = None;
-    let mut idle_since: Option<Instant> = None;
+    replica.listen(&name);
+    let mut tending = Tending {
+        replica: &replica,
+        name: &name,
+        due: Due::default(),
+        stall: None,
+        idle_since: None,
+    };
     loop {
-        match due.next() {
+        match tending.due.next() {
             Some(at) => tokio::select! {
                 _ = tend.notified() => {}
                 _ = sleep_until(at) => {}
@@ -116,92 +120,145 @@ pub(super) async fn tend_queue<S: LeaseStore>(
             None => tend.notified().await,
         }
         let now = Instant::now();
-        let forget_if_idle = is_due(due.forget, now);
-        let Some(chores) = store.waiters().chores(name.as_str(), forget_if_idle) else {
+        let forget_if_idle = is_due(tending.due.forget, now);
+        let Some(chores) = replica.waiters().chores(name.as_str(), forget_if_idle) else {
             break;
         };
-        let idle = chores.entries.is_empty() && chores.leaving.is_empty() && !chores.reconcile;
-        idle_since = match idle {
-            true => idle_since.or(Some(now)),
-            false => None,
-        };
-        due.forget = idle_since.map(|since| since + LINGER);
-
-        due.leave = None;
-        for batch in chores.leaving.chunks(LEAVE_BATCH) {
-            if let Err(error) = store.leave(&name, batch).await {
-                tracing::debug!(%name, %error, "could not take waiters that left out of the queue; retrying");
-                store.waiters().retry_leaving(name.as_str(), batch.to_vec());
-                due.leave = Some(Instant::now() + RETRY_DELAY);
-            }
-        }
-
-        if chores.reconcile && due.reconcile.is_none() {
-            due.reconcile = Some(now + RECONCILE_DELAY);
-        }
-        if is_due(due.reconcile, now) {
-            due.reconcile = match reconcile(&*store, &name).await {
-                Ok(()) => store
-                    .waiters()
-                    .reconciled(name.as_str())
-                    .then(|| Instant::now() + RECONCILE_DELAY),
-                Err(error) => {
-                    tracing::debug!(%name, %error, "could not reconcile the queue with the waiters here; retrying");
-                    Some(Instant::now() + RETRY_DELAY)
-                }
-            };
-        }
-
+        tending.note_idleness(&chores, now);
+        tending.take_out_leavers(&chores.leaving).await;
+        tending.reconcile_if_due(chores.reconcile, now).await;
         if chores.entries.is_empty() {
             // Nobody here waits: other replicas' stalls are theirs to see.
-            stall = None;
-            due.read = None;
+            tending.stall = None;
+            tending.due.read = None;
             continue;
         }
+        tending.schedule_read(&chores, now);
+        if is_due(tending.due.read, now) {
+            tending.due.read = None;
+            tending.read_and_place(chores.entries).await;
+        }
+    }
+    replica.unlisten(&name);
+}
+
+/// The tending task's state for one name, between rounds.
+struct Tending<'a, S> {
+    replica: &'a Replica<S>,
+    name: &'a LeaseName,
+    due: Due,
+    stall: Option<Stall>,
+    idle_since: Option<Instant>,
+}
+
+impl<S: QueueStore> Tending<'_, S> {
+    /// Nothing to do here since when: the name is forgotten [`LINGER`] after.
+    fn note_idleness(&mut self, chores: &Chores, now: Instant) {
+        let idle = chores.entries.is_empty() && chores.leaving.is_empty() && !chores.reconcile;
+        self.idle_since = match idle {
+            true => self.idle_since.or(Some(now)),
+            false => None,
+        };
+        self.due.forget = self.idle_since.map(|since| since + LINGER);
+    }
+
+    /// Takes the entries of callers that left out of the queue; those that fail are retried.
+    async fn take_out_leavers(&mut self, leaving: &[QueueEntry]) {
+        let name = self.name;
+        self.due.leave = None;
+        for batch in leaving.chunks(LEAVE_BATCH) {
+            if let Err(error) = self.replica.store().leave(name, batch).await {
+                tracing::debug!(%name, %error, "could not take waiters that left out of the queue; retrying");
+                self.replica
+                    .waiters()
+                    .retry_leaving(name.as_str(), batch.to_vec());
+                self.due.leave = Some(Instant::now() + RETRY_DELAY);
+            }
+        }
+    }
+
+    /// A round of reconciling, [`RECONCILE_DELAY`] after it was asked for.
+    async fn reconcile_if_due(&mut self, asked: bool, now: Instant) {
+        let name = self.name;
+        if asked && self.due.reconcile.is_none() {
+            self.due.reconcile = Some(now + RECONCILE_DELAY);
+        }
+        if !is_due(self.due.reconcile, now) {
+            return;
+        }
+        self.due.reconcile = match reconcile(self.replica, name).await {
+            Ok(()) => self
+                .replica
+                .waiters()
+                .reconciled(name.as_str())
+                .then(|| Instant::now() + RECONCILE_DELAY),
+            Err(error) => {
+                tracing::debug!(%name, %error, "could not reconcile the queue with the waiters here; retrying");
+                Some(Instant::now() + RETRY_DELAY)
+            }
+        };
+    }
+
+    /// When to read the placements: now if they moved; when woken entries of other replicas
+    /// are to be checked; a grace after a caller here found a permit free for someone ahead.
+    fn schedule_read(&mut self, chores: &Chores, now: Instant) {
         if chores.moved {
-            due.read = Some(now);
+            self.due.read = Some(now);
         }
         if !chores.suspects.is_empty() {
-            let stalled = stall.get_or_insert_with(|| Stall {
+            let stalled = self.stall.get_or_insert_with(|| Stall {
                 entries: Vec::new(),
                 since: now,
                 checked: None,
             });
-            for suspect in chores.suspects {
-                if !stalled.entries.contains(&suspect) {
-                    stalled.entries.push(suspect);
+            for suspect in &chores.suspects {
+                if !stalled.entries.contains(suspect) {
+                    stalled.entries.push(suspect.clone());
                 }
             }
-            no_later(&mut due.read, stalled.check_at());
+            no_later(&mut self.due.read, stalled.check_at());
         }
         if chores.free_ahead {
-            no_later(&mut due.read, now + STALL_GRACE);
+            no_later(&mut self.due.read, now + STALL_GRACE);
         }
-        if !is_due(due.read, now) {
-            continue;
-        }
-        due.read = None;
-        let status = match store.queue_status(&name, &chores.entries).await {
+    }
+
+    /// Reads where this replica's `entries` stand, hands each waiter its placement, checks on
+    /// other replicas' entries that hold up a free permit, and sets when to read again.
+    async fn read_and_place(&mut self, entries: Vec<QueueEntry>) {
+        let name = self.name;
+        let status = match self.replica.store().queue_status(name, &entries).await {
             Ok(status) => status,
             Err(error) => {
                 tracing::debug!(%name, %error, "could not read the queue; retrying");
-                due.read = Some(Instant::now() + RETRY_DELAY);
-                continue;
+                self.due.read = Some(Instant::now() + RETRY_DELAY);
+                return;
             }
         };
         let now = Instant::now();
         let look_at_expiry = expiry_to_look_at(&status, now);
-        let others_due: Vec<String> = status
+        let others_due: Vec<QueueEntry> = status
             .due
             .iter()
-            .filter(|entry| !store.waiters().is_mine(entry))
+            .filter(|entry| !self.replica.waiters().is_mine(entry))
             .cloned()
             .collect();
-        place(&*store, &name, chores.entries, status);
+        place(self.replica, name, entries, status);
+        self.check_stalls(others_due, now).await;
+        if let Some(stalled) = &self.stall {
+            no_later(&mut self.due.read, stalled.check_at());
+        }
+        if let Some(at) = look_at_expiry {
+            no_later(&mut self.due.read, at);
+        }
+    }
 
-        // Entries of other replicas that free permits go to: a stall keeps its time while they
-        // are the ones seen before (or some of them), and starts again with a new one.
-        stall = match stall.take() {
+    /// Follows the entries of other replicas that free permits go to (`others_due`): a stall
+    /// keeps its time while they are the ones seen before (or some of them), and starts again
+    /// with a new one. A stall due for a check is reported to the store.
+    async fn check_stalls(&mut self, others_due: Vec<QueueEntry>, now: Instant) {
+        let name = self.name;
+        self.stall = match self.stall.take() {
             _ if others_due.is_empty() => None,
             Some(previous)
                 if others_due
@@ -219,23 +276,20 @@ pub(super) async fn tend_queue<S: LeaseStore>(
                 checked: None,
             }),
         };
-        if let Some(stalled) = stall.as_mut()
+        if let Some(stalled) = self.stall.as_mut()
             && stalled.check_at() <= now
         {
             let overdue = now.duration_since(stalled.since) >= STALL_LIMIT;
             stalled.checked = Some(now);
-            if let Err(error) = store.unstall(&name, &stalled.entries, overdue).await {
+            let unstalled = self
+                .replica
+                .store()
+                .unstall(name, &stalled.entries, overdue);
+            if let Err(error) = unstalled.await {
                 tracing::debug!(%name, %error, "could not check on stalled queue entries; retrying");
             }
         }
-        if let Some(stalled) = &stall {
-            no_later(&mut due.read, stalled.check_at());
-        }
-        if let Some(at) = look_at_expiry {
-            no_later(&mut due.read, at);
-        }
     }
-    store.unlisten(&name);
 }
 
 /// When to read again at the expiry of the permit that frees soonest, if no waiter here is first
@@ -254,9 +308,9 @@ fn expiry_to_look_at(status: &QueueStatus, now: Instant) -> Option<Instant> {
 
 /// Takes out of the queue of `name` the entries of this replica that no caller here owns: those
 /// of attempts that ran in the store after their callers had gone (their outcome unknown).
-async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Result<()> {
-    let queued = store.queued_here(name).await?;
-    let callerless = store.waiters().without_caller(name.as_str(), queued);
+async fn reconcile<S: QueueStore>(replica: &Replica<S>, name: &LeaseName) -> Result<()> {
+    let queued = replica.store().queued_here(name).await?;
+    let callerless = replica.waiters().without_caller(name.as_str(), queued);
     if callerless.is_empty() {
         return Ok(());
     }
@@ -265,7 +319,7 @@ async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Resul
         .callerless_entries_removed
         .inc_by(callerless.len() as u64);
     for batch in callerless.chunks(LEAVE_BATCH) {
-        store.leave(name, batch).await?;
+        replica.store().leave(name, batch).await?;
     }
     Ok(())
 }
@@ -273,10 +327,10 @@ async fn reconcile<S: LeaseStore>(store: &Replica<S>, name: &LeaseName) -> Resul
 /// Hands each waiter its placement, and wakes the first in line if the lease is free (with a
 /// counting lease, each caller close enough to the front that a free permit is its own). Waking
 /// a caller whose placement did not change matters: it may have missed its wake-up.
-fn place<S: LeaseStore>(
-    store: &Replica<S>,
+fn place<S: QueueStore>(
+    replica: &Replica<S>,
     name: &LeaseName,
-    entries: Vec<String>,
+    entries: Vec<QueueEntry>,
     status: QueueStatus,
 ) {
     let QueueStatus {
@@ -305,8 +359,8 @@ fn place<S: LeaseStore>(
             )
         })
         .collect();
-    store.waiters().place(name.as_str(), placements);
+    replica.waiters().place(name.as_str(), placements);
     for entry in to_wake {
-        store.waiters().wake(name.as_str(), &entry);
+        replica.waiters().wake(name.as_str(), &entry);
     }
 }

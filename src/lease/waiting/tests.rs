@@ -3,7 +3,7 @@
 
 use super::{tending::RECONCILE_DELAY, *};
 use crate::{
-    lease::{Limits, limits::AcquireFields},
+    lease::{Limits, QueueEntry, QueueMode, limits::AcquireFields},
     shutdown,
     store::{MemoryStore, memory::test_replica},
 };
@@ -63,9 +63,10 @@ async fn next_grant(events: &mut mpsc::Receiver<Result<AcquireEvent>>) -> Grant 
 /// dropped is released, so the name is free again at once.
 #[tokio::test(start_paused = true)]
 async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
-    let store = test_replica(16);
-    let (_, token) = hold(&store, 10_000).await;
-    match try_once(&store, &request(10_000, 0)).await.unwrap() {
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (_, token) = hold(store, 10_000).await;
+    match try_once(&replica, &request(10_000, 0)).await.unwrap() {
         AcquireEvent::NotGranted(occupancy) => {
             assert_eq!(occupancy.holder.map(|h| h.fencing_token), Some(token));
         }
@@ -73,7 +74,7 @@ async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
     }
     let mut counting = request(10_000, 0);
     counting.limit = 3;
-    let refused = try_once(&store, &counting).await.unwrap_err();
+    let refused = try_once(&replica, &counting).await.unwrap_err();
     assert!(
         matches!(
             refused,
@@ -92,7 +93,7 @@ async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
     };
     drop(delivery);
     tokio::task::yield_now().await; // the background release
-    let described = free.describe(&name()).await.unwrap();
+    let described = free.store().describe(&name()).await.unwrap();
     assert!(described.holders.is_empty(), "{described:?}");
 }
 
@@ -100,9 +101,10 @@ async fn try_once_answers_at_once_and_releases_an_undelivered_grant() {
 /// releases: not at the holder's expiry.
 #[tokio::test(start_paused = true)]
 async fn a_release_wakes_the_waiter_at_once() {
-    let store = test_replica(16);
-    let (holder_id, holder_token) = hold(&store, 10_000).await;
-    let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, holder_token) = hold(store, 10_000).await;
+    let mut events = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut events).await, (1, holder_token));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
@@ -122,18 +124,19 @@ async fn a_release_wakes_the_waiter_at_once() {
     }
     assert_eq!(Instant::now(), released_at);
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(store.waiters().count(), 0);
+    assert_eq!(replica.waiters().count(), 0);
 }
 
 /// Waiters are granted in the order they queued, each told its position, and each moves up
 /// as the ones ahead are served.
 #[tokio::test(start_paused = true)]
 async fn waiters_are_served_first_come_first_served() {
-    let store = test_replica(16);
-    let (mut holder_id, _) = hold(&store, 60_000).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (mut holder_id, _) = hold(store, 60_000).await;
     let mut waiters = Vec::new();
     for expected in 1..=3 {
-        let mut events = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+        let mut events = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
         assert_eq!(next_waiting(&mut events).await.0, expected);
         waiters.push(events);
     }
@@ -162,9 +165,10 @@ async fn waiters_are_served_first_come_first_served() {
 /// instant the lease is free.
 #[tokio::test(start_paused = true)]
 async fn a_try_once_caller_never_overtakes_a_waiter() {
-    let store = test_replica(16);
-    let (holder_id, _) = hold(&store, 60_000).await;
-    let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, _) = hold(store, 60_000).await;
+    let mut waiter = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     next_waiting(&mut waiter).await;
     // Released and retried in the same instant, before the waiter's task runs.
     assert!(
@@ -196,10 +200,11 @@ async fn a_try_once_caller_never_overtakes_a_waiter() {
 /// before, and no long delay after.
 #[tokio::test(start_paused = true)]
 async fn the_holders_expiry_wakes_the_first_in_line() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let expiry = Instant::now() + Duration::from_secs(1);
-    hold(&store, 1_000).await;
-    let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    hold(store, 1_000).await;
+    let mut events = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     next_waiting(&mut events).await;
     next_grant(&mut events).await;
     let granted_at = Instant::now();
@@ -211,10 +216,11 @@ async fn the_holders_expiry_wakes_the_first_in_line() {
 /// the caller leaves the queue.
 #[tokio::test(start_paused = true)]
 async fn the_deadline_ends_the_wait_with_not_granted() {
-    let store = test_replica(16);
-    let (_, holder_token) = hold(&store, 60_000).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (_, holder_token) = hold(store, 60_000).await;
     let start = Instant::now();
-    let mut events = acquire(store.clone(), request(10_000, 5_000), Shutdown::never());
+    let mut events = acquire(replica.clone(), request(10_000, 5_000), Shutdown::never());
     next_waiting(&mut events).await;
     match events.recv().await.unwrap().unwrap() {
         AcquireEvent::NotGranted(Occupancy {
@@ -227,18 +233,19 @@ async fn the_deadline_ends_the_wait_with_not_granted() {
     }
     assert_eq!(Instant::now() - start, Duration::from_secs(5));
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(store.waiters().count(), 0);
-    assert_eq!(queued(&store).await, 0);
+    assert_eq!(replica.waiters().count(), 0);
+    assert_eq!(queued(store).await, 0);
 }
 
 /// `wait` zero tries once: an immediate answer, no `Waiting`, no registered waiter.
 #[tokio::test(start_paused = true)]
 async fn a_zero_wait_tries_once() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let start = Instant::now();
-    let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
+    let mut events = acquire(replica.clone(), request(10_000, 0), Shutdown::never());
     next_grant(&mut events).await;
-    let mut events = acquire(store.clone(), request(10_000, 0), Shutdown::never());
+    let mut events = acquire(replica.clone(), request(10_000, 0), Shutdown::never());
     assert!(matches!(
         events.recv().await.unwrap().unwrap(),
         AcquireEvent::NotGranted(Occupancy {
@@ -247,8 +254,8 @@ async fn a_zero_wait_tries_once() {
         })
     ));
     assert_eq!(Instant::now(), start);
-    assert_eq!(store.waiters().count(), 0);
-    assert_eq!(queued(&store).await, 0);
+    assert_eq!(replica.waiters().count(), 0);
+    assert_eq!(queued(store).await, 0);
 }
 
 /// How many entries the store's queue of `NAME` holds.
@@ -260,27 +267,29 @@ async fn queued(store: &MemoryStore) -> usize {
 /// moves up.
 #[tokio::test(start_paused = true)]
 async fn dropping_the_receiver_leaves_the_queue() {
-    let store = test_replica(16);
-    hold(&store, 60_000).await;
-    let mut first = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    hold(store, 60_000).await;
+    let mut first = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut first).await.0, 1);
-    let mut second = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    let mut second = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut second).await.0, 2);
-    assert_eq!(store.waiters().count(), 2);
+    assert_eq!(replica.waiters().count(), 2);
     drop(first);
     assert_eq!(next_waiting(&mut second).await.0, 1);
-    assert_eq!(store.waiters().count(), 1);
-    assert_eq!(queued(&store).await, 1);
+    assert_eq!(replica.waiters().count(), 1);
+    assert_eq!(queued(store).await, 1);
 }
 
 /// A grant that can no longer be delivered (the caller already left) is released at once, so
 /// the lease does not stay held by nobody until its TTL.
 #[tokio::test(start_paused = true)]
 async fn an_undelivered_grant_is_released() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     // The receiver is gone before the task runs: it is granted the free lease, cannot say so.
     drop(acquire(
-        store.clone(),
+        replica.clone(),
         request(60_000, 60_000),
         Shutdown::never(),
     ));
@@ -293,10 +302,11 @@ async fn an_undelivered_grant_is_released() {
 /// until it ends the grant, at doubling intervals, and stops after the grant's TTL and a margin.
 #[tokio::test(start_paused = true)]
 async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let lease_id = LeaseId::generate();
     let late = request(10_000, 0);
-    release_in_background(&store, &name(), &lease_id, late.ttl, Undo::Maybe);
+    release_in_background(&replica, &name(), &lease_id, late.ttl, Undo::Maybe);
     // The first tries find nothing; then the delayed acquire runs.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let granted = store.try_acquire(&late, &lease_id, None).await.unwrap();
@@ -310,7 +320,7 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
         "the late grant is released at the next try"
     );
     // A grant known to be made is released once: the same id granted again afterwards stays.
-    release_in_background(&store, &name(), &lease_id, late.ttl, Undo::Made);
+    release_in_background(&replica, &name(), &lease_id, late.ttl, Undo::Made);
     tokio::time::sleep(Duration::from_millis(1)).await;
     store.try_acquire(&late, &lease_id, None).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -324,7 +334,7 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
     // An unknown outcome is tried for its TTL and the margin, then no more: its tries run at
     // 0, 0.25, 0.75, ... 63.75 s, and the next would be at 127.75 s.
     let other_id = LeaseId::generate();
-    release_in_background(&store, &name(), &other_id, late.ttl, Undo::Maybe);
+    release_in_background(&replica, &name(), &other_id, late.ttl, Undo::Maybe);
     tokio::time::sleep(Duration::from_secs(75)).await;
     store
         .try_acquire(&request(120_000, 0), &other_id, None)
@@ -342,11 +352,12 @@ async fn an_unknown_outcome_is_released_even_when_the_grant_comes_later() {
 /// arrived first) is released when the stream is dropped, and the next in line gets it.
 #[tokio::test(start_paused = true)]
 async fn a_grant_left_in_the_stream_buffer_is_released_to_the_next() {
-    let store = test_replica(16);
-    let (holder_id, _) = hold(&store, 60_000).await;
-    let mut first = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, _) = hold(store, 60_000).await;
+    let mut first = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     next_waiting(&mut first).await;
-    let mut second = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let mut second = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     next_waiting(&mut second).await;
     assert!(
         store
@@ -377,9 +388,14 @@ async fn a_grant_left_in_the_stream_buffer_is_released_to_the_next() {
 
 /// Queues an entry of this replica that no caller owns, as an attempt does that runs in the
 /// store after the server gave up on it (a stall past the timeout).
-async fn queue_callerless_entry(store: &Replica<MemoryStore>) -> String {
-    let entry = format!("{}:999999", store.waiters().replica());
-    let outcome = store
+async fn queue_callerless_entry(replica: &Replica<MemoryStore>) -> QueueEntry {
+    let entry = QueueEntry {
+        replica: replica.waiters().replica().to_owned(),
+        sequence: 999999,
+        mode: QueueMode::Exclusive,
+    };
+    let outcome = replica
+        .store()
         .try_acquire(&request(1_000, 60_000), &LeaseId::generate(), Some(&entry))
         .await
         .unwrap();
@@ -394,17 +410,18 @@ async fn queue_callerless_entry(store: &Replica<MemoryStore>) -> String {
 /// holds it, so it is taken out, and the caller behind it is granted in the same instant.
 #[tokio::test(start_paused = true)]
 async fn a_woken_entry_without_a_caller_is_taken_out() {
-    let store = test_replica(16);
-    let (holder_id, _) = hold(&store, 60_000).await;
-    let mut keeper = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, _) = hold(store, 60_000).await;
+    let mut keeper = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut keeper).await.0, 1);
-    let ghost = queue_callerless_entry(&store).await;
-    let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let ghost = queue_callerless_entry(&replica).await;
+    let mut waiter = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut waiter).await.0, 3);
     // The keeper leaves: the ghost is now first in line, then the waiter.
     drop(keeper);
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(queued(&store).await, 2);
+    assert_eq!(queued(store).await, 2);
 
     let released_at = Instant::now();
     assert!(
@@ -428,16 +445,17 @@ async fn a_woken_entry_without_a_caller_is_taken_out() {
 /// here (twice, half a second apart): a callerless entry goes, a live one stays.
 #[tokio::test(start_paused = true)]
 async fn reconciling_removes_only_entries_without_a_caller() {
-    let store = test_replica(16);
-    hold(&store, 60_000).await;
-    let mut waiter = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    hold(store, 60_000).await;
+    let mut waiter = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut waiter).await.0, 1);
-    let ghost = queue_callerless_entry(&store).await;
+    let ghost = queue_callerless_entry(&replica).await;
     // Not woken and not reconciled: it stays.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(queued(&store).await, 2);
+    assert_eq!(queued(store).await, 2);
 
-    store.waiters().reconcile(NAME);
+    replica.waiters().reconcile(NAME);
     let round = RECONCILE_DELAY + Duration::from_millis(1);
     tokio::time::sleep(round).await;
     let queued = store.queued_here(&name()).await.unwrap();
@@ -445,34 +463,35 @@ async fn reconciling_removes_only_entries_without_a_caller() {
     assert!(!queued.contains(&ghost));
     // The second round, half a second later, takes out an entry that came after the first (a
     // late attempt behind other commands); the waiter still waits, first.
-    let ghost = queue_callerless_entry(&store).await;
+    let ghost = queue_callerless_entry(&replica).await;
     tokio::time::sleep(round).await;
     assert!(!store.queued_here(&name()).await.unwrap().contains(&ghost));
     assert!(matches!(
         waiter.try_recv(),
         Err(mpsc::error::TryRecvError::Empty)
     ));
-    assert_eq!(store.waiters().count(), 1);
+    assert_eq!(replica.waiters().count(), 1);
 }
 
 /// The queue is bounded: past `max_waiters_per_name`, a waiter is refused with
 /// `QueueFull`; a try-once caller still gets its answer.
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_refuses_more_waiters() {
-    let store = test_replica(2);
-    hold(&store, 60_000).await;
+    let replica = test_replica(2);
+    let store = replica.store();
+    hold(store, 60_000).await;
     let mut kept = Vec::new();
     for _ in 0..2 {
-        let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+        let mut events = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
         next_waiting(&mut events).await;
         kept.push(events);
     }
-    let mut refused = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    let mut refused = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     assert!(matches!(
         refused.recv().await.unwrap(),
         Err(Error::Refused(Refusal::QueueFull { limit: 2 }))
     ));
-    let mut once = acquire(store.clone(), request(10_000, 0), Shutdown::never());
+    let mut once = acquire(replica.clone(), request(10_000, 0), Shutdown::never());
     assert!(matches!(
         once.recv().await.unwrap().unwrap(),
         AcquireEvent::NotGranted(Occupancy {
@@ -510,18 +529,19 @@ async fn take(store: &MemoryStore, request: &ValidatedAcquire) -> (LeaseId, Gran
 /// line at its expiry (not before), the second to the second; each expiry frees one permit.
 #[tokio::test(start_paused = true)]
 async fn each_expiring_permit_goes_to_the_next_in_line() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let start = Instant::now();
-    take(&store, &counting_request(1_000, 0, 2, 0)).await;
-    take(&store, &counting_request(3_000, 0, 2, 0)).await;
+    take(store, &counting_request(1_000, 0, 2, 0)).await;
+    take(store, &counting_request(3_000, 0, 2, 0)).await;
     let mut first = acquire(
-        store.clone(),
+        replica.clone(),
         counting_request(60_000, 60_000, 2, 0),
         Shutdown::never(),
     );
     assert_eq!(next_waiting(&mut first).await.0, 1);
     let mut second = acquire(
-        store.clone(),
+        replica.clone(),
         counting_request(60_000, 60_000, 2, 0),
         Shutdown::never(),
     );
@@ -561,10 +581,11 @@ async fn each_expiring_permit_goes_to_the_next_in_line() {
 /// is granted at expiry + delay, and is told so (`remaining_ms` counts the delay).
 #[tokio::test(start_paused = true)]
 async fn an_expiry_is_followed_by_the_lock_delay() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let start = Instant::now();
-    take(&store, &counting_request(1_000, 0, 1, 500)).await;
-    let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    take(store, &counting_request(1_000, 0, 1, 500)).await;
+    let mut events = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     match events.recv().await.unwrap().unwrap() {
         AcquireEvent::Waiting(placement) => {
             let holder = placement.occupancy.holder.expect("a holder");
@@ -584,9 +605,10 @@ async fn an_expiry_is_followed_by_the_lock_delay() {
 /// A release ends a lease with a lock-delay at once: no delay for the next in line.
 #[tokio::test(start_paused = true)]
 async fn a_release_skips_the_lock_delay() {
-    let store = test_replica(16);
-    let (holder_id, _) = take(&store, &counting_request(10_000, 0, 1, 5_000)).await;
-    let mut events = acquire(store.clone(), request(10_000, 60_000), Shutdown::never());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, _) = take(store, &counting_request(10_000, 0, 1, 5_000)).await;
+    let mut events = acquire(replica.clone(), request(10_000, 60_000), Shutdown::never());
     next_waiting(&mut events).await;
     let released_at = Instant::now();
     assert!(
@@ -602,10 +624,11 @@ async fn a_release_skips_the_lock_delay() {
 /// Another limit than the holders' is refused, naming the limit in force.
 #[tokio::test(start_paused = true)]
 async fn a_limit_other_than_the_holders_is_refused() {
-    let store = test_replica(16);
-    take(&store, &counting_request(10_000, 0, 3, 0)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    take(store, &counting_request(10_000, 0, 3, 0)).await;
     let mut events = acquire(
-        store.clone(),
+        replica.clone(),
         counting_request(10_000, 0, 2, 0),
         Shutdown::never(),
     );
@@ -621,10 +644,11 @@ async fn a_limit_other_than_the_holders_is_refused() {
 /// Shutdown ends a waiter with `ShuttingDown` at once and removes it.
 #[tokio::test(start_paused = true)]
 async fn shutdown_ends_the_wait() {
-    let store = test_replica(16);
-    hold(&store, 60_000).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    hold(store, 60_000).await;
     let (trigger, shutdown) = shutdown::channel();
-    let mut events = acquire(store.clone(), request(10_000, 60_000), shutdown);
+    let mut events = acquire(replica.clone(), request(10_000, 60_000), shutdown);
     next_waiting(&mut events).await;
     let start = Instant::now();
     trigger.fire();
@@ -634,7 +658,7 @@ async fn shutdown_ends_the_wait() {
     ));
     assert_eq!(Instant::now(), start);
     tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(store.waiters().count(), 0);
+    assert_eq!(replica.waiters().count(), 0);
 }
 
 /// Readers waiting behind a writer are all granted at its release, together, and the writer
@@ -642,21 +666,22 @@ async fn shutdown_ends_the_wait() {
 /// after that writer waits for it.
 #[tokio::test(start_paused = true)]
 async fn readers_behind_a_writer_are_granted_together_and_the_next_writer_waits_for_them() {
-    let store = test_replica(16);
-    let (holder_id, _) = hold(&store, 60_000).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, _) = hold(store, 60_000).await;
     let shared = |wait_ms| ValidatedAcquire {
         shared: true,
         ..request(60_000, wait_ms)
     };
     let mut readers = Vec::new();
     for position in 1..=3 {
-        let mut events = acquire(store.clone(), shared(60_000), Shutdown::never());
+        let mut events = acquire(replica.clone(), shared(60_000), Shutdown::never());
         assert_eq!(next_waiting(&mut events).await.0, position);
         readers.push(events);
     }
-    let mut writer = acquire(store.clone(), request(60_000, 60_000), Shutdown::never());
+    let mut writer = acquire(replica.clone(), request(60_000, 60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut writer).await.0, 4);
-    let mut late_reader = acquire(store.clone(), shared(60_000), Shutdown::never());
+    let mut late_reader = acquire(replica.clone(), shared(60_000), Shutdown::never());
     assert_eq!(next_waiting(&mut late_reader).await.0, 5);
 
     assert!(

@@ -77,10 +77,10 @@ pub struct Watch {
 
 impl Watch {
     /// Starts watching (spawning the name's tending task if this is its first watcher here).
-    pub fn start<S: LeaseStore>(store: &Arc<Replica<S>>, name: LeaseName) -> Watch {
-        let (watch, first_here) = store.watchers().join(&name);
+    pub fn start<S: LeaseStore>(replica: &Arc<Replica<S>>, name: LeaseName) -> Watch {
+        let (watch, first_here) = replica.watchers().join(&name);
         if let Some(tend) = first_here {
-            tokio::spawn(tend_watch(store.clone(), name, tend));
+            tokio::spawn(tend_watch(replica.clone(), name, tend));
         }
         watch
     }

@@ -30,14 +30,14 @@ pub(super) const READ_RETRY: Duration = Duration::from_millis(250);
 /// Looks after one watched name while anyone watches it here; then stops listening, unless
 /// someone started watching again meanwhile.
 pub(super) async fn tend_watch<S: LeaseStore>(
-    store: Arc<Replica<S>>,
+    replica: Arc<Replica<S>>,
     name: LeaseName,
     tend: Arc<Notify>,
 ) {
     loop {
-        watch_while_watched(&*store, &name, &tend).await;
-        store.unlisten(&name);
-        if store.watchers().retire(name.as_str()) {
+        watch_while_watched(&replica, &name, &tend).await;
+        replica.unlisten(&name);
+        if replica.watchers().retire(name.as_str()) {
             return;
         }
     }
@@ -46,14 +46,14 @@ pub(super) async fn tend_watch<S: LeaseStore>(
 /// The tending of one name: listens, reads it (a snapshot), then applies the store's changes,
 /// times the holders' expiries and re-reads when changes may have been missed, until nobody
 /// watches the name here.
-async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName, tend: &Notify) {
-    let watchers = store.watchers();
-    store.listen(name);
+async fn watch_while_watched<S: LeaseStore>(replica: &Replica<S>, name: &LeaseName, tend: &Notify) {
+    let watchers = replica.watchers();
+    replica.listen(name);
     // Subscribed before the first read, so that every change after it is reported as itself (a
     // change before the subscription would only show up in a later read, as a snapshot). A
     // store that cannot subscribe now gets its read anyway: the resync after the subscription
     // succeeds catches up.
-    let _ = tokio::time::timeout(LISTEN_TIMEOUT, store.listening(name)).await;
+    let _ = tokio::time::timeout(LISTEN_TIMEOUT, replica.listening(name)).await;
     let mut tender = Tender {
         out: ToWatchers {
             watchers,
@@ -84,7 +84,7 @@ async fn watch_while_watched<S: LeaseStore>(store: &Replica<S>, name: &LeaseName
             }
             expiry_due = false;
             let max_before = tender.view.max_token;
-            match store.describe(name).await {
+            match replica.store().describe(name).await {
                 Ok(description) => {
                     retry_at = None;
                     match std::mem::take(&mut reread) {

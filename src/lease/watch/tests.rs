@@ -1,10 +1,7 @@
 //! The paused-clock tests of watching: watches of a `MemoryStore`, and of one whose reads fail
 //! or whose changes are lost.
 
-use std::{
-    sync::atomic::{AtomicBool, Ordering},
-    time::Duration,
-};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -12,9 +9,10 @@ use super::*;
 use super::{tending::READ_RETRY, view::RELEASE_GRACE};
 use crate::{
     lease::{
-        AcquireOutcome, Caller, ChangeCause, Description, Grant, LeaseChange, LeaseId, LeasePage,
-        Limits, ListPrefix, QueueStatus, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire,
+        AcquireOutcome, Caller, ChangeCause, Grant, LeaseChange, LeaseId, Limits, RenewOutcome,
+        ValidatedAcquire,
         limits::AcquireFields,
+        test_support::{Operation, Reports, UnreliableStore},
     },
     store::{MemoryStore, memory::test_replica},
 };
@@ -40,7 +38,7 @@ fn request(holder: &str, ttl_ms: i64, limit: u32, lock_delay_ms: i64) -> Validat
 }
 
 /// Takes a permit of `NAME` at once; panics if none is free.
-async fn take<S: LeaseStore>(store: &Replica<S>, request: &ValidatedAcquire) -> (LeaseId, Grant) {
+async fn take<S: LeaseStore>(store: &S, request: &ValidatedAcquire) -> (LeaseId, Grant) {
     let lease_id = LeaseId::generate();
     match store.try_acquire(request, &lease_id, None).await {
         Ok(AcquireOutcome::Granted(grant)) => (lease_id, grant),
@@ -77,16 +75,17 @@ fn tokens(event: &WatchUpdate) -> Vec<u64> {
 
 #[tokio::test(start_paused = true)]
 async fn the_first_event_is_a_snapshot() {
-    let store = test_replica(16);
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let mut watch = Watch::start(&replica, name());
     let free = next(&mut watch).await;
     assert_eq!(free.cause, UpdateCause::Snapshot);
     assert_eq!((free.subject, free.limit, free.holders.len()), (None, 0, 0));
 
-    let (_, grant) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
+    let (_, grant) = take(store, &request("alpha", 10_000, 1, 0)).await;
     // Once the tending task has applied the grant, a newcomer's snapshot shows it.
     tokio::time::sleep(Duration::from_millis(1)).await;
-    let mut late = Watch::start(&store, name());
+    let mut late = Watch::start(&replica, name());
     let held = next(&mut late).await;
     assert_eq!(held.cause, UpdateCause::Snapshot);
     let subject = held.subject.clone().expect("a holder");
@@ -102,11 +101,12 @@ async fn the_first_event_is_a_snapshot() {
 
 #[tokio::test(start_paused = true)]
 async fn grants_releases_and_revokes_arrive_in_order() {
-    let store = test_replica(16);
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
 
-    let (alpha_id, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
+    let (alpha_id, alpha) = take(store, &request("alpha", 10_000, 1, 0)).await;
     let granted = expect(&mut watch, UpdateCause::Granted, alpha.fencing_token).await;
     assert_eq!(
         (granted.limit, tokens(&granted)),
@@ -121,7 +121,7 @@ async fn grants_releases_and_revokes_arrive_in_order() {
     let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
     assert_eq!((released.limit, released.holders.len()), (0, 0));
 
-    let (_, beta) = take(&*store, &request("beta", 10_000, 1, 0)).await;
+    let (_, beta) = take(store, &request("beta", 10_000, 1, 0)).await;
     assert!(beta.fencing_token > alpha.fencing_token);
     let granted = expect(&mut watch, UpdateCause::Granted, beta.fencing_token).await;
     assert_eq!(granted.subject.unwrap().holder, "beta");
@@ -136,10 +136,11 @@ async fn grants_releases_and_revokes_arrive_in_order() {
 /// lease is not held, although nobody can take it until the delay is over.
 #[tokio::test(start_paused = true)]
 async fn an_expiry_is_reported_at_the_ttl_not_after_the_lock_delay() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let start = Instant::now();
-    let (_, alpha) = take(&*store, &request("alpha", 1_000, 1, 500)).await;
-    let mut watch = Watch::start(&store, name());
+    let (_, alpha) = take(store, &request("alpha", 1_000, 1, 500)).await;
+    let mut watch = Watch::start(&replica, name());
     expect(&mut watch, UpdateCause::Snapshot, alpha.fencing_token).await;
     let expired = expect(&mut watch, UpdateCause::Expired, alpha.fencing_token).await;
     let at = Instant::now() - start;
@@ -151,20 +152,21 @@ async fn an_expiry_is_reported_at_the_ttl_not_after_the_lock_delay() {
     assert_eq!(expired.limit, 0);
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, beta) = take(&*store, &request("beta", 1_000, 1, 0)).await;
+    let (_, beta) = take(store, &request("beta", 1_000, 1, 0)).await;
     expect(&mut watch, UpdateCause::Granted, beta.fencing_token).await;
 }
 
 /// An exclusive lease that expires and is taken at once by a waiter: EXPIRED, then GRANTED.
 #[tokio::test(start_paused = true)]
 async fn an_expiry_comes_before_the_next_grant() {
-    let store = test_replica(16);
-    let (_, alpha) = take(&*store, &request("alpha", 1_000, 1, 0)).await;
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (_, alpha) = take(store, &request("alpha", 1_000, 1, 0)).await;
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     // Taken the instant it expires, before the watch's timer has run.
-    let (_, beta) = take(&*store, &request("beta", 1_000, 1, 0)).await;
+    let (_, beta) = take(store, &request("beta", 1_000, 1, 0)).await;
     expect(&mut watch, UpdateCause::Expired, alpha.fencing_token).await;
     let granted = expect(&mut watch, UpdateCause::Granted, beta.fencing_token).await;
     assert_eq!(tokens(&granted), vec![beta.fencing_token]);
@@ -172,9 +174,10 @@ async fn an_expiry_comes_before_the_next_grant() {
 
 #[tokio::test(start_paused = true)]
 async fn renewals_are_not_events() {
-    let store = test_replica(16);
-    let (alpha_id, alpha) = take(&*store, &request("alpha", 1_000, 1, 0)).await;
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (alpha_id, alpha) = take(store, &request("alpha", 1_000, 1, 0)).await;
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
     for _ in 0..10 {
         assert_quiet(&mut watch, Duration::from_millis(400)).await;
@@ -196,10 +199,11 @@ async fn renewals_are_not_events() {
 /// A grant reported again, or late (its token not above what the watch knows), is no event.
 #[tokio::test(start_paused = true)]
 async fn a_stale_grant_is_ignored() {
-    let store = test_replica(16);
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
-    let (alpha_id, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
+    let (alpha_id, alpha) = take(store, &request("alpha", 10_000, 1, 0)).await;
     expect(&mut watch, UpdateCause::Granted, alpha.fencing_token).await;
     for token in [alpha.fencing_token, alpha.fencing_token - 1] {
         let stale = LeaseChange {
@@ -212,7 +216,7 @@ async fn a_stale_grant_is_ignored() {
             expires_at_ms: alpha.expires_at_ms,
             reason: String::new(),
         };
-        store.watchers().changed(NAME, stale);
+        replica.watchers().changed(NAME, stale);
     }
     // A release of a grant the watch does not know is no event either.
     let unknown = LeaseChange {
@@ -225,7 +229,7 @@ async fn a_stale_grant_is_ignored() {
         expires_at_ms: 0,
         reason: String::new(),
     };
-    store.watchers().changed(NAME, unknown);
+    replica.watchers().changed(NAME, unknown);
     assert_quiet(&mut watch, Duration::from_secs(1)).await;
     assert!(
         store
@@ -240,12 +244,13 @@ async fn a_stale_grant_is_ignored() {
 /// A counting lease: one event per permit, each listing every holder after it.
 #[tokio::test(start_paused = true)]
 async fn a_counting_lease_has_one_event_per_permit() {
-    let store = test_replica(16);
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
     let mut grants = Vec::new();
     for (index, holder) in ["a", "b", "c"].into_iter().enumerate() {
-        let (lease_id, grant) = take(&*store, &request(holder, 10_000, 3, 0)).await;
+        let (lease_id, grant) = take(store, &request(holder, 10_000, 3, 0)).await;
         let event = expect(&mut watch, UpdateCause::Granted, grant.fencing_token).await;
         assert_eq!((event.limit, event.holders.len()), (3, index + 1));
         grants.push((lease_id, grant));
@@ -277,14 +282,15 @@ async fn a_counting_lease_has_one_event_per_permit() {
 /// snapshot of the state now instead, then the events after it.
 #[tokio::test(start_paused = true)]
 async fn a_lagging_watcher_gets_a_snapshot() {
-    let store = test_replica(16);
-    let mut slow = Watch::start(&store, name());
-    let mut fast = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let mut slow = Watch::start(&replica, name());
+    let mut fast = Watch::start(&replica, name());
     next(&mut slow).await;
     next(&mut fast).await;
     let mut last = None;
     for round in 0..100 {
-        let (lease_id, grant) = take(&*store, &request("busy", 10_000, 1, 0)).await;
+        let (lease_id, grant) = take(store, &request("busy", 10_000, 1, 0)).await;
         expect(&mut fast, UpdateCause::Granted, grant.fencing_token).await;
         if round < 99 {
             assert!(
@@ -314,153 +320,71 @@ async fn a_lagging_watcher_gets_a_snapshot() {
 /// starts afresh.
 #[tokio::test(start_paused = true)]
 async fn the_tending_ends_with_the_last_watcher() {
-    let store = test_replica(16);
-    let mut first = Watch::start(&store, name());
-    let mut second = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let mut first = Watch::start(&replica, name());
+    let mut second = Watch::start(&replica, name());
     next(&mut first).await;
     next(&mut second).await;
-    assert_eq!(store.watchers().count(), 2);
+    assert_eq!(replica.watchers().count(), 2);
     drop(first);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(store.watchers().is_tended(NAME));
+    assert!(replica.watchers().is_tended(NAME));
     drop(second);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(store.watchers().count(), 0);
-    assert!(!store.watchers().is_tended(NAME));
+    assert_eq!(replica.watchers().count(), 0);
+    assert!(!replica.watchers().is_tended(NAME));
 
-    let (_, alpha) = take(&*store, &request("alpha", 10_000, 1, 0)).await;
-    let mut again = Watch::start(&store, name());
+    let (_, alpha) = take(store, &request("alpha", 10_000, 1, 0)).await;
+    let mut again = Watch::start(&replica, name());
     expect(&mut again, UpdateCause::Snapshot, alpha.fencing_token).await;
     drop(again);
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert!(!store.watchers().is_tended(NAME));
+    assert!(!replica.watchers().is_tended(NAME));
 }
 
 /// `resync` sends a snapshot only when the state differs from the view;
 /// `resync_everywhere` always does.
 #[tokio::test(start_paused = true)]
 async fn a_resync_sends_a_snapshot_when_needed() {
-    let store = test_replica(16);
-    let (_, alpha) = take(&*store, &request("alpha", 60_000, 1, 0)).await;
-    let mut watch = Watch::start(&store, name());
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (_, alpha) = take(store, &request("alpha", 60_000, 1, 0)).await;
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
-    store.watchers().resync(NAME);
+    replica.watchers().resync(NAME);
     assert_quiet(&mut watch, Duration::from_secs(1)).await;
-    store.watchers().resync_everywhere();
+    replica.watchers().resync_everywhere();
     expect(&mut watch, UpdateCause::Snapshot, alpha.fencing_token).await;
 }
 
-/// A [`MemoryStore`] whose reads can fail, and which can keep its changes from the watchers
-/// (as if every message were lost: it reports into a sink nobody reads), for the paths a
-/// Redis outage takes.
-struct Unreliable {
-    store: Arc<MemoryStore>,
-    failing: AtomicBool,
+/// A [`MemoryStore`] whose reads can fail ([`fail_reads`]), and which can keep its changes from
+/// the watchers (as if every message were lost: [`Reports::Lost`]), for the paths a Redis outage
+/// takes.
+fn unreliable(reports: Reports) -> Arc<Replica<UnreliableStore<MemoryStore>>> {
+    UnreliableStore::memory_replica(reports)
 }
 
-impl Unreliable {
-    fn new(deaf: bool) -> Arc<Replica<Self>> {
-        let events = StoreEvents::new();
-        let reported_to = match deaf {
-            true => StoreEvents::new(),
-            false => events.clone(),
-        };
-        let unreliable = Unreliable {
-            store: MemoryStore::new(16, reported_to),
-            failing: AtomicBool::new(false),
-        };
-        Replica::new(Arc::new(unreliable), events)
-    }
-
-    fn fail(&self, failing: bool) {
-        self.failing.store(failing, Ordering::SeqCst);
-    }
-}
-
-impl LeaseStore for Unreliable {
-    async fn try_acquire(
-        &self,
-        request: &ValidatedAcquire,
-        lease_id: &LeaseId,
-        entry: Option<&str>,
-    ) -> Result<AcquireOutcome> {
-        self.store.try_acquire(request, lease_id, entry).await
-    }
-
-    async fn renew(
-        &self,
-        name: &LeaseName,
-        lease_id: &LeaseId,
-        ttl: Option<Duration>,
-        caller: &Caller,
-    ) -> Result<RenewOutcome> {
-        self.store.renew(name, lease_id, ttl, caller).await
-    }
-
-    async fn release(&self, name: &LeaseName, lease_id: &LeaseId, caller: &Caller) -> Result<bool> {
-        self.store.release(name, lease_id, caller).await
-    }
-
-    async fn describe(&self, name: &LeaseName) -> Result<Description> {
-        match self.failing.load(Ordering::SeqCst) {
-            true => Err(Error::Unavailable("test outage".into())),
-            false => self.store.describe(name).await,
-        }
-    }
-
-    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
-        self.store.leave(name, entries).await
-    }
-
-    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
-        self.store.queued_here(name).await
-    }
-
-    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
-        self.store.queue_status(name, entries).await
-    }
-
-    async fn revoke(
-        &self,
-        name: &LeaseName,
-        fencing_token: Option<u64>,
-        reason: &str,
-    ) -> Result<Vec<Revoked>> {
-        self.store.revoke(name, fencing_token, reason).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &ListPrefix,
-        page_size: usize,
-        page_token: Option<&str>,
-    ) -> Result<LeasePage> {
-        self.store.list(prefix, page_size, page_token).await
-    }
-
-    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
-        self.store.unstall(name, stalled, overdue).await
-    }
-
-    async fn ping(&self) -> Result<()> {
-        self.store.ping().await
-    }
+/// While on, the watch's reads fail.
+fn fail_reads(store: &UnreliableStore<MemoryStore>, failing: bool) {
+    store.fail(Operation::Describe, failing);
 }
 
 /// The first read failing ends the watch with the store's error; a later watch, once the
 /// store answers, gets its snapshot.
 #[tokio::test(start_paused = true)]
 async fn a_first_read_that_fails_is_an_error() {
-    let store = Unreliable::new(false);
-    store.fail(true);
-    let mut watch = Watch::start(&store, name());
+    let replica = unreliable(Reports::Heard);
+    let store = replica.store();
+    fail_reads(store, true);
+    let mut watch = Watch::start(&replica, name());
     let outcome = tokio::time::timeout(Duration::from_secs(5), watch.next()).await;
     assert!(
         matches!(outcome, Ok(Err(Error::Unavailable(_)))),
         "{outcome:?}"
     );
-    store.fail(false);
-    let mut again = Watch::start(&store, name());
+    fail_reads(store, false);
+    let mut again = Watch::start(&replica, name());
     let snapshot = next(&mut again).await;
     assert_eq!(snapshot.cause, UpdateCause::Snapshot);
 }
@@ -468,16 +392,17 @@ async fn a_first_read_that_fails_is_an_error() {
 /// Reads failing while watching are retried; what changed meanwhile arrives as a snapshot.
 #[tokio::test(start_paused = true)]
 async fn a_store_outage_ends_in_a_snapshot() {
-    let store = Unreliable::new(false);
-    let mut watch = Watch::start(&store, name());
+    let replica = unreliable(Reports::Heard);
+    let store = replica.store();
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
-    store.fail(true);
-    store.watchers().resync_everywhere(); // a reconnect
+    fail_reads(store, true);
+    replica.watchers().resync_everywhere(); // a reconnect
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (_, alpha) = take(&*store, &request("alpha", 60_000, 1, 0)).await;
+    let (_, alpha) = take(store, &request("alpha", 60_000, 1, 0)).await;
     assert_quiet(&mut watch, Duration::from_secs(1)).await;
     let outage_over = Instant::now();
-    store.fail(false);
+    fail_reads(store, false);
     expect(&mut watch, UpdateCause::Snapshot, alpha.fencing_token).await;
     assert!(Instant::now() - outage_over <= READ_RETRY);
 }
@@ -487,11 +412,12 @@ async fn a_store_outage_ends_in_a_snapshot() {
 /// reported when a read shows it.
 #[tokio::test(start_paused = true)]
 async fn reads_at_the_deadlines_catch_what_messages_missed() {
-    let store = Unreliable::new(true);
+    let replica = unreliable(Reports::Lost);
+    let store = replica.store();
     let start = Instant::now();
-    let (alpha_id, alpha) = take(&*store, &request("alpha", 1_000, 2, 0)).await;
-    let (_, beta) = take(&*store, &request("beta", 500, 2, 0)).await;
-    let mut watch = Watch::start(&store, name());
+    let (alpha_id, alpha) = take(store, &request("alpha", 1_000, 2, 0)).await;
+    let (_, beta) = take(store, &request("beta", 500, 2, 0)).await;
+    let mut watch = Watch::start(&replica, name());
     let snapshot = next(&mut watch).await;
     assert_eq!(
         tokens(&snapshot),
@@ -504,7 +430,7 @@ async fn reads_at_the_deadlines_catch_what_messages_missed() {
             .await
             .unwrap()
     );
-    let (_, gamma) = take(&*store, &request("gamma", 5_000, 2, 0)).await;
+    let (_, gamma) = take(store, &request("gamma", 5_000, 2, 0)).await;
 
     expect(&mut watch, UpdateCause::Expired, beta.fencing_token).await;
     assert_eq!(Instant::now() - start, Duration::from_millis(500));
@@ -520,10 +446,11 @@ async fn reads_at_the_deadlines_catch_what_messages_missed() {
 /// released, not expired.
 #[tokio::test(start_paused = true)]
 async fn a_late_release_report_within_the_grace_is_a_release() {
-    let store = Unreliable::new(true);
-    let (alpha_id, alpha) = take(&*store, &request("alpha", 1_000, 2, 0)).await;
-    let (_, beta) = take(&*store, &request("beta", 500, 2, 0)).await;
-    let mut watch = Watch::start(&store, name());
+    let replica = unreliable(Reports::Lost);
+    let store = replica.store();
+    let (alpha_id, alpha) = take(store, &request("alpha", 1_000, 2, 0)).await;
+    let (_, beta) = take(store, &request("beta", 500, 2, 0)).await;
+    let mut watch = Watch::start(&replica, name());
     next(&mut watch).await;
     assert!(
         store
@@ -543,7 +470,7 @@ async fn a_late_release_report_within_the_grace_is_a_release() {
         expires_at_ms: alpha.expires_at_ms,
         reason: String::new(),
     };
-    store.watchers().changed(NAME, report);
+    replica.watchers().changed(NAME, report);
     let released = expect(&mut watch, UpdateCause::Released, alpha.fencing_token).await;
     assert!(released.holders.is_empty());
     assert_quiet(&mut watch, Duration::from_secs(5)).await;
@@ -554,10 +481,11 @@ async fn a_late_release_report_within_the_grace_is_a_release() {
 async fn every_watcher_sees_every_event() {
     const WATCHERS: usize = 50;
     const CYCLES: usize = 100;
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let mut readers = Vec::new();
     for _ in 0..WATCHERS {
-        let mut watch = Watch::start(&store, name());
+        let mut watch = Watch::start(&replica, name());
         readers.push(tokio::spawn(async move {
             let mut causes = Vec::new();
             let mut last_granted = 0;
@@ -575,7 +503,7 @@ async fn every_watcher_sees_every_event() {
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
     for _ in 0..CYCLES {
-        let (lease_id, _) = take(&*store, &request("cycling", 10_000, 1, 0)).await;
+        let (lease_id, _) = take(store, &request("cycling", 10_000, 1, 0)).await;
         assert!(
             store
                 .release(&name(), &lease_id, &Caller::anyone())

@@ -20,8 +20,8 @@ use crate::{
     error::{Error, Result},
     lease::{
         AcquireOutcome, Caller, ChangeCause, DescribedLease, Description, LeaseGone, LeaseId,
-        LeaseName, LeasePage, LeaseStore, ListPrefix, Occupancy, QueueStatus, RenewOutcome,
-        Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
+        LeaseName, LeasePage, LeaseStore, ListPrefix, Occupancy, QueueEntry, QueueStatus,
+        QueueStore, RenewOutcome, Revoked, StoreEvents, ValidatedAcquire, limits::parse_name,
     },
     telemetry,
 };
@@ -80,7 +80,7 @@ impl MemoryStore {
         &self,
         state: &mut State,
         request: &ValidatedAcquire,
-        entry: Option<&str>,
+        entry: Option<&QueueEntry>,
         occupancy: Occupancy,
         now: Instant,
     ) -> (AcquireOutcome, bool) {
@@ -104,7 +104,7 @@ impl MemoryStore {
             let place = state.places.get(name.as_str())?.get(id)?;
             (place.until > now).then_some(place)
         });
-        if place.is_some_and(|place| place.replaced.as_deref() == Some(entry)) {
+        if place.is_some_and(|place| place.replaced.as_ref() == Some(entry)) {
             // A retry took this call's place: this call is over, and must not take the place
             // back (the two would take it from each other for ever).
             return (AcquireOutcome::Superseded, false);
@@ -133,7 +133,7 @@ impl MemoryStore {
             let places = state.places.entry(name.as_str().to_owned()).or_default();
             let place = Place {
                 arrival,
-                entry: entry.to_owned(),
+                entry: entry.clone(),
                 until,
                 replaced,
             };
@@ -142,8 +142,8 @@ impl MemoryStore {
             // whose entry left are dropped, so that callers who join and leave cannot grow it.
             if places.len() > self.max_waiters_per_name {
                 let queue = state.queues.get(name.as_str());
-                let queued = |entry: &str| {
-                    queue.is_some_and(|queue| queue.iter().any(|queued| queued.entry == entry))
+                let queued = |entry: &QueueEntry| {
+                    queue.is_some_and(|queue| queue.iter().any(|queued| queued.entry == *entry))
                 };
                 let places = state.places.entry(name.as_str().to_owned()).or_default();
                 places.retain(|_, place| place.until > now && queued(&place.entry));
@@ -213,7 +213,7 @@ impl LeaseStore for MemoryStore {
         &self,
         request: &ValidatedAcquire,
         lease_id: &LeaseId,
-        entry: Option<&str>,
+        entry: Option<&QueueEntry>,
     ) -> Result<AcquireOutcome> {
         let _span = telemetry::store_span("memory", "acquire", &request.name).entered();
         let name = &request.name;
@@ -263,7 +263,7 @@ impl LeaseStore for MemoryStore {
                 // Under the state lock: watchers get the changes of a name in their order.
                 self.events.changed(name.as_str(), change);
                 if let Some(entry) = entry.filter(|_| rank.is_some()) {
-                    state.remove_entries(name, &[entry.to_owned()]);
+                    state.remove_entries(name, std::slice::from_ref(entry));
                     if let Some(id) = &request.lease_id {
                         state.forget_place(name, id);
                     }
@@ -384,61 +384,6 @@ impl LeaseStore for MemoryStore {
         Ok(self.state().describe(name.as_str(), Instant::now()))
     }
 
-    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
-        let _span = telemetry::store_span("memory", "leave", name).entered();
-        let now = Instant::now();
-        let wake_ups = {
-            let mut state = self.state();
-            if !state.remove_entries(name, entries) {
-                return Ok(());
-            }
-            let due = state.occupancy(name, now).due;
-            let wake = state.first_in_line(name, due.min(MAX_WAKE_UPS));
-            WakeUps {
-                moved: state.queues.contains_key(name.as_str()),
-                wake,
-            }
-        };
-        wake_ups.send(&self.events, name);
-        Ok(())
-    }
-
-    /// One process, one replica: every entry of the queue is this replica's.
-    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
-        let _span = telemetry::store_span("memory", "queued", name).entered();
-        let state = self.state();
-        let queue = state.queues.get(name.as_str()).into_iter().flatten();
-        Ok(queue.map(|queued| queued.entry.clone()).collect())
-    }
-
-    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
-        let _span = telemetry::store_span("memory", "status", name).entered();
-        let now = Instant::now();
-        let state = self.state();
-        let positions = entries
-            .iter()
-            .map(|entry| state.rank(name, entry).map_or(0, |rank| rank as u32 + 1))
-            .collect();
-        let occupancy = state.occupancy(name, now);
-        let due = state.first_in_line(name, occupancy.due.min(MAX_WAKE_UPS));
-        Ok(QueueStatus {
-            occupancy,
-            positions,
-            due,
-        })
-    }
-
-    /// One process, one replica: every entry is this replica's, and the core takes out those
-    /// without a caller. Nothing here can stall on another replica.
-    async fn unstall(
-        &self,
-        _name: &LeaseName,
-        _stalled: &[String],
-        _overdue: bool,
-    ) -> Result<usize> {
-        Ok(0)
-    }
-
     async fn revoke(
         &self,
         name: &LeaseName,
@@ -543,6 +488,53 @@ impl LeaseStore for MemoryStore {
 
     async fn ping(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// One process, one replica: nothing can stall on another replica, so `unstall` is the default.
+impl QueueStore for MemoryStore {
+    async fn leave(&self, name: &LeaseName, entries: &[QueueEntry]) -> Result<()> {
+        let _span = telemetry::store_span("memory", "leave", name).entered();
+        let now = Instant::now();
+        let wake_ups = {
+            let mut state = self.state();
+            if !state.remove_entries(name, entries) {
+                return Ok(());
+            }
+            let due = state.occupancy(name, now).due;
+            let wake = state.first_in_line(name, due.min(MAX_WAKE_UPS));
+            WakeUps {
+                moved: state.queues.contains_key(name.as_str()),
+                wake,
+            }
+        };
+        wake_ups.send(&self.events, name);
+        Ok(())
+    }
+
+    /// One process, one replica: every entry of the queue is this replica's.
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<QueueEntry>> {
+        let _span = telemetry::store_span("memory", "queued", name).entered();
+        let state = self.state();
+        let queue = state.queues.get(name.as_str()).into_iter().flatten();
+        Ok(queue.map(|queued| queued.entry.clone()).collect())
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[QueueEntry]) -> Result<QueueStatus> {
+        let _span = telemetry::store_span("memory", "status", name).entered();
+        let now = Instant::now();
+        let state = self.state();
+        let positions = entries
+            .iter()
+            .map(|entry| state.rank(name, entry).map_or(0, |rank| rank as u32 + 1))
+            .collect();
+        let occupancy = state.occupancy(name, now);
+        let due = state.first_in_line(name, occupancy.due.min(MAX_WAKE_UPS));
+        Ok(QueueStatus {
+            occupancy,
+            positions,
+            due,
+        })
     }
 }
 

@@ -12,7 +12,7 @@ use crate::{
     lease::{
         AcquireOutcome, Caller, ChangeCause, Description, ENDED_LEASE_ID_KEPT, Expiry, Grant,
         GrantMismatch, Holder, LeaseChange, LeaseId, LeaseName, MAX_ENDED_LEASE_IDS, Occupancy,
-        StoreEvents, ValidatedAcquire, is_shared_entry,
+        QueueEntry, StoreEvents, ValidatedAcquire,
     },
     store::unix_micros,
 };
@@ -65,7 +65,7 @@ pub(super) struct Permits {
 pub(super) struct Queued {
     /// The order of the queue: earlier arrivals first.
     pub(super) arrival: u64,
-    pub(super) entry: String,
+    pub(super) entry: QueueEntry,
 }
 
 /// Where a caller that chose its lease id waited.
@@ -73,11 +73,11 @@ pub(super) struct Queued {
 pub(super) struct Place {
     pub(super) arrival: u64,
     /// Its entry, which a retry's entry replaces.
-    pub(super) entry: String,
+    pub(super) entry: QueueEntry,
     /// When its first wait would have ended: the place is kept until then.
     pub(super) until: Instant,
     /// The entry of the earlier call whose place this one took: that call is over.
-    pub(super) replaced: Option<String>,
+    pub(super) replaced: Option<QueueEntry>,
 }
 
 /// A revoked grant, remembered so that its holder learns why it lost the lease.
@@ -204,13 +204,12 @@ pub(super) fn due_in_line(
     let Some(head) = queue.and_then(VecDeque::front) else {
         return 0;
     };
-    if !is_shared_entry(&head.entry) {
+    if !head.entry.is_shared() {
         return u32::from(taken == 0);
     }
     let queue = queue.into_iter().flatten();
     let run = queue.take(SHARED_RUN_SCAN);
-    run.take_while(|queued| is_shared_entry(&queued.entry))
-        .count() as u32
+    run.take_while(|queued| queued.entry.is_shared()).count() as u32
 }
 
 /// The wall-clock Unix milliseconds `remaining_ms` from now.
@@ -222,7 +221,7 @@ pub(super) fn unix_millis_after(remaining_ms: i64) -> i64 {
 #[derive(Default)]
 pub(super) struct WakeUps {
     /// Entries that a free permit now goes to.
-    pub(super) wake: Vec<String>,
+    pub(super) wake: Vec<QueueEntry>,
     pub(super) moved: bool,
 }
 
@@ -330,9 +329,9 @@ impl State {
     }
 
     /// Where `entry` stands in the queue of `name`: 0 = first in line.
-    pub(super) fn rank(&self, name: &LeaseName, entry: &str) -> Option<usize> {
+    pub(super) fn rank(&self, name: &LeaseName, entry: &QueueEntry) -> Option<usize> {
         let queue = self.queues.get(name.as_str())?;
-        queue.iter().position(|queued| queued.entry == entry)
+        queue.iter().position(|queued| queued.entry == *entry)
     }
 
     /// Callers waiting in the queue of `name`.
@@ -341,14 +340,14 @@ impl State {
     }
 
     /// Puts `entry` in the queue of `name`, by its `arrival`.
-    pub(super) fn insert_entry(&mut self, name: &LeaseName, arrival: u64, entry: &str) {
+    pub(super) fn insert_entry(&mut self, name: &LeaseName, arrival: u64, entry: &QueueEntry) {
         let queue = self.queues.entry(name.as_str().to_owned()).or_default();
         let index = queue.partition_point(|queued| queued.arrival < arrival);
         queue.insert(
             index,
             Queued {
                 arrival,
-                entry: entry.to_owned(),
+                entry: entry.clone(),
             },
         );
     }
@@ -385,7 +384,7 @@ impl State {
     }
 
     /// The first `count` entries in line: those the free permits go to.
-    pub(super) fn first_in_line(&self, name: &LeaseName, count: u32) -> Vec<String> {
+    pub(super) fn first_in_line(&self, name: &LeaseName, count: u32) -> Vec<QueueEntry> {
         self.queues
             .get(name.as_str())
             .map_or_else(Vec::new, |queue| {
@@ -406,7 +405,7 @@ impl State {
         held: u32,
         shared: bool,
         ended: usize,
-    ) -> Vec<String> {
+    ) -> Vec<QueueEntry> {
         let queue = self.queues.get(name.as_str());
         if limit > 1 {
             let free = limit.saturating_sub(held);
@@ -454,7 +453,7 @@ impl State {
     }
 
     /// Takes `entries` out of the queue of `name`; the queue goes when it is empty.
-    pub(super) fn remove_entries(&mut self, name: &LeaseName, entries: &[String]) -> bool {
+    pub(super) fn remove_entries(&mut self, name: &LeaseName, entries: &[QueueEntry]) -> bool {
         let Some(queue) = self.queues.get_mut(name.as_str()) else {
             return false;
         };

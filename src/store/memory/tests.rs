@@ -49,8 +49,9 @@ fn revoked_because(reason: &str) -> RenewOutcome {
 /// why, its release finds nothing, and the name is free.
 #[tokio::test(start_paused = true)]
 async fn a_revoke_ends_the_grant_and_tells_its_holder_why() {
-    let store = test_replica(16);
-    let (lease_id, grant) = take(&store, &request(NAME, 10_000, 1, 5_000)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (lease_id, grant) = take(store, &request(NAME, 10_000, 1, 5_000)).await;
 
     let stale = store
         .revoke(&name(), Some(grant.fencing_token - 1), "stale")
@@ -85,7 +86,7 @@ async fn a_revoke_ends_the_grant_and_tells_its_holder_why() {
             .await
             .unwrap()
     );
-    let (_, next) = take(&store, &request(NAME, 10_000, 1, 0)).await;
+    let (_, next) = take(store, &request(NAME, 10_000, 1, 0)).await;
     assert!(next.fencing_token > grant.fencing_token);
     // Even with another holder now, the revoked one is told it was revoked.
     assert_eq!(
@@ -100,8 +101,9 @@ async fn a_revoke_ends_the_grant_and_tells_its_holder_why() {
 /// The reason is remembered for the grant's TTL at least, then swept.
 #[tokio::test(start_paused = true)]
 async fn a_revoke_reason_is_kept_for_the_ttl() {
-    let store = test_replica(16);
-    let (lease_id, _) = take(&store, &request(NAME, 2_000, 1, 0)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (lease_id, _) = take(store, &request(NAME, 2_000, 1, 0)).await;
     store.revoke(&name(), None, "maintenance").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_999)).await;
     assert_eq!(
@@ -126,11 +128,12 @@ async fn a_revoke_reason_is_kept_for_the_ttl() {
 /// expired already and is not revoked (it stays taken until its delay ends).
 #[tokio::test(start_paused = true)]
 async fn a_revoke_without_token_ends_every_grant_that_holds() {
-    let store = test_replica(16);
-    let (_, expiring) = take(&store, &request(NAME, 100, 3, 1_000)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (_, expiring) = take(store, &request(NAME, 100, 3, 1_000)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (_, first) = take(&store, &request(NAME, 10_000, 3, 1_000)).await;
-    let (_, second) = take(&store, &request(NAME, 10_000, 3, 1_000)).await;
+    let (_, first) = take(store, &request(NAME, 10_000, 3, 1_000)).await;
+    let (_, second) = take(store, &request(NAME, 10_000, 3, 1_000)).await;
     let revoked = store.revoke(&name(), None, "drain").await.unwrap();
     let tokens: Vec<u64> = revoked.iter().map(|r| r.fencing_token).collect();
     assert_eq!(tokens, vec![first.fencing_token, second.fencing_token]);
@@ -147,10 +150,11 @@ async fn a_revoke_without_token_ends_every_grant_that_holds() {
 /// A revoke hands the lease to the first caller in line at once, like a release.
 #[tokio::test(start_paused = true)]
 async fn a_revoke_wakes_the_first_in_line() {
-    let store = test_replica(16);
-    let (_, grant) = take(&store, &request(NAME, 60_000, 1, 0)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (_, grant) = take(store, &request(NAME, 60_000, 1, 0)).await;
     let mut waiter = acquire(
-        store.clone(),
+        replica.clone(),
         Limits::default()
             .validate_acquire(AcquireFields {
                 name: NAME,
@@ -205,15 +209,16 @@ async fn list_all(store: &MemoryStore, prefix: &str, page_size: usize) -> Vec<Ve
 /// outside the prefix or no longer held does.
 #[tokio::test(start_paused = true)]
 async fn list_pages_through_every_held_lease_once() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     for n in 0..2_500 {
-        take(&store, &request(&format!("svc/{n:05}"), 60_000, 1, 0)).await;
+        take(store, &request(&format!("svc/{n:05}"), 60_000, 1, 0)).await;
     }
     // Around the prefix in name order: "svc." < "svc/" < "svc0".
     for other in ["svc.before", "svc0after", "sv", "other/1"] {
-        take(&store, &request(other, 60_000, 1, 0)).await;
+        take(store, &request(other, 60_000, 1, 0)).await;
     }
-    let (released_id, _) = take(&store, &request("svc/released", 60_000, 1, 0)).await;
+    let (released_id, _) = take(store, &request("svc/released", 60_000, 1, 0)).await;
     assert!(
         store
             .release(
@@ -225,10 +230,10 @@ async fn list_pages_through_every_held_lease_once() {
             .unwrap()
     );
     // Expired, in its lock-delay: still taken, so listed.
-    take(&store, &request("svc/delayed", 100, 1, 60_000)).await;
+    take(store, &request("svc/delayed", 100, 1, 60_000)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let pages = list_all(&store, "svc/", 1_000).await;
+    let pages = list_all(store, "svc/", 1_000).await;
     let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
     assert_eq!(sizes, vec![1_000, 1_000, 501]);
     let mut names: Vec<String> = pages.into_iter().flatten().collect();
@@ -241,7 +246,7 @@ async fn list_pages_through_every_held_lease_once() {
     expected.sort();
     assert_eq!(names, expected);
 
-    let everything = list_all(&store, "", 1_000).await.concat();
+    let everything = list_all(store, "", 1_000).await.concat();
     assert_eq!(everything.len(), 2_505);
 }
 
@@ -250,12 +255,13 @@ async fn list_pages_through_every_held_lease_once() {
 /// page of 1 looks at 100 names, a page of 1,000 at 10,000.
 #[tokio::test(start_paused = true)]
 async fn a_list_page_has_a_bounded_cost() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     let count = names_per_page(1_000) + 10;
     for n in 0..count {
-        take(&store, &request(&format!("old/{n:06}"), 10, 1, 0)).await;
+        take(store, &request(&format!("old/{n:06}"), 10, 1, 0)).await;
     }
-    take(&store, &request("old/zz-held", 60_000, 1, 0)).await;
+    take(store, &request("old/zz-held", 60_000, 1, 0)).await;
     tokio::time::sleep(Duration::from_millis(20)).await; // expired, not yet swept
     let prefix = parse_list_prefix("old/").unwrap();
     let first = store.list(&prefix, 1_000, None).await.unwrap();
@@ -294,9 +300,10 @@ async fn a_list_page_has_a_bounded_cost() {
 /// is INVALID_ARGUMENT naming `page_token`.
 #[tokio::test(start_paused = true)]
 async fn a_foreign_page_token_is_refused() {
-    let store = test_replica(16);
+    let replica = test_replica(16);
+    let store = replica.store();
     for n in 0..3 {
-        take(&store, &request(&format!("a/{n}"), 60_000, 1, 0)).await;
+        take(store, &request(&format!("a/{n}"), 60_000, 1, 0)).await;
     }
     let a = parse_list_prefix("a/").unwrap();
     let page = store.list(&a, 1, None).await.unwrap();
@@ -328,8 +335,9 @@ async fn a_foreign_page_token_is_refused() {
 /// `describe` shows a grant's lock-delay, which `remaining_ms` counts and `held_ms` does not.
 #[tokio::test(start_paused = true)]
 async fn describe_shows_the_lock_delay() {
-    let store = test_replica(16);
-    take(&store, &request(NAME, 10_000, 1, 250)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    take(store, &request(NAME, 10_000, 1, 250)).await;
     tokio::time::advance(Duration::from_micros(500)).await;
     let info = store.describe(&name()).await.unwrap().holders.remove(0);
     let expiry = info.expiry.unwrap();
@@ -362,14 +370,20 @@ fn mode_request(shared: bool, lease_id: Option<&str>, wait_ms: i64) -> Validated
 /// them releases; the writer behind them is not, and holds back the reader behind it.
 #[tokio::test(start_paused = true)]
 async fn the_run_of_shared_callers_at_the_head_is_due_together() {
-    let store = test_replica(16);
-    let (writer_id, _) = take(&store, &mode_request(false, None, 0)).await;
-    let entries = ["r:1s", "r:2s", "r:3s", "r:4", "r:5s"];
-    for (index, entry) in entries.iter().enumerate() {
-        let shared = entry.ends_with('s');
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (writer_id, _) = take(store, &mode_request(false, None, 0)).await;
+    let entries = [
+        "aaaaaaaa:1s",
+        "aaaaaaaa:2s",
+        "aaaaaaaa:3s",
+        "aaaaaaaa:4",
+        "aaaaaaaa:5s",
+    ];
+    for (index, entry) in entries.map(queue_entry).iter().enumerate() {
         let outcome = store
             .try_acquire(
-                &mode_request(shared, None, 60_000),
+                &mode_request(entry.is_shared(), None, 60_000),
                 &LeaseId::generate(),
                 Some(entry),
             )
@@ -391,14 +405,17 @@ async fn the_run_of_shared_callers_at_the_head_is_due_together() {
     );
     let status = store.queue_status(&name(), &[]).await.unwrap();
     assert_eq!(status.occupancy.due, 3);
-    assert_eq!(status.due, ["r:1s", "r:2s", "r:3s"]);
+    assert_eq!(
+        status.due,
+        ["aaaaaaaa:1s", "aaaaaaaa:2s", "aaaaaaaa:3s"].map(queue_entry)
+    );
     // The reader behind the waiting writer is not granted, though only readers will hold it.
-    for entry in ["r:1s", "r:2s", "r:3s"] {
+    for entry in ["aaaaaaaa:1s", "aaaaaaaa:2s", "aaaaaaaa:3s"] {
         let outcome = store
             .try_acquire(
                 &mode_request(true, None, 60_000),
                 &LeaseId::generate(),
-                Some(entry),
+                Some(&queue_entry(entry)),
             )
             .await
             .unwrap();
@@ -408,7 +425,7 @@ async fn the_run_of_shared_callers_at_the_head_is_due_together() {
         .try_acquire(
             &mode_request(true, None, 60_000),
             &LeaseId::generate(),
-            Some("r:5s"),
+            Some(&queue_entry("aaaaaaaa:5s")),
         )
         .await
         .unwrap();
@@ -422,22 +439,36 @@ async fn the_run_of_shared_callers_at_the_head_is_due_together() {
 /// the caller who queued after it; once granted and released, the id grants nothing again.
 #[tokio::test(start_paused = true)]
 async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
-    let store = test_replica(16);
-    let (holder_id, _) = take(&store, &mode_request(false, None, 0)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    let (holder_id, _) = take(store, &mode_request(false, None, 0)).await;
     let own = "own-lease-id-for-a-test-0001";
     let id = crate::lease::limits::parse_own_lease_id(own).unwrap();
     let waiting = mode_request(false, Some(own), 60_000);
-    let outcome = store.try_acquire(&waiting, &id, Some("r:1")).await.unwrap();
+    let outcome = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("aaaaaaaa:1")))
+        .await
+        .unwrap();
     assert!(matches!(outcome, AcquireOutcome::Busy { position: 1, .. }));
     let other = mode_request(false, None, 60_000);
     store
-        .try_acquire(&other, &LeaseId::generate(), Some("r:2"))
+        .try_acquire(
+            &other,
+            &LeaseId::generate(),
+            Some(&queue_entry("aaaaaaaa:2")),
+        )
         .await
         .unwrap();
     // The first call left; its retry comes later with a new entry.
-    store.leave(&name(), &["r:1".to_owned()]).await.unwrap();
+    store
+        .leave(&name(), &[queue_entry("aaaaaaaa:1")])
+        .await
+        .unwrap();
     tokio::time::advance(Duration::from_secs(5)).await;
-    let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
+    let outcome = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("aaaaaaaa:3")))
+        .await
+        .unwrap();
     assert!(
         matches!(outcome, AcquireOutcome::Busy { position: 1, .. }),
         "{outcome:?}"
@@ -449,7 +480,10 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
             .await
             .unwrap()
     );
-    let outcome = store.try_acquire(&waiting, &id, Some("r:3")).await.unwrap();
+    let outcome = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("aaaaaaaa:3")))
+        .await
+        .unwrap();
     let AcquireOutcome::Granted(grant) = outcome else {
         panic!("expected the retry granted, got {outcome:?}");
     };
@@ -466,7 +500,10 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
     assert_eq!(late, AcquireOutcome::LeaseIdEnded);
     // A minute later the id may be used again: a new wait, behind the caller still waiting.
     tokio::time::advance(ENDED_LEASE_ID_KEPT).await;
-    let outcome = store.try_acquire(&waiting, &id, Some("r:4")).await.unwrap();
+    let outcome = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("aaaaaaaa:4")))
+        .await
+        .unwrap();
     assert!(
         matches!(outcome, AcquireOutcome::Busy { position: 2, .. }),
         "{outcome:?}"
@@ -478,20 +515,41 @@ async fn an_own_lease_id_keeps_its_place_and_ends_with_its_release() {
 /// over instead of taking it back.
 #[tokio::test(start_paused = true)]
 async fn a_retry_takes_the_place_of_the_call_it_retries_for_good() {
-    let store = test_replica(16);
-    take(&store, &mode_request(false, None, 0)).await;
+    let replica = test_replica(16);
+    let store = replica.store();
+    take(store, &mode_request(false, None, 0)).await;
     let own = "own-lease-id-for-a-test-0002";
     let id = crate::lease::limits::parse_own_lease_id(own).unwrap();
     let waiting = mode_request(false, Some(own), 60_000);
-    let first = store.try_acquire(&waiting, &id, Some("a:1")).await.unwrap();
+    let first = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("0000000a:1")))
+        .await
+        .unwrap();
     assert!(matches!(first, AcquireOutcome::Busy { position: 1, .. }));
-    let retry = store.try_acquire(&waiting, &id, Some("b:1")).await.unwrap();
+    let retry = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("0000000b:1")))
+        .await
+        .unwrap();
     assert!(
         matches!(retry, AcquireOutcome::Busy { position: 1, .. }),
         "{retry:?}"
     );
-    assert_eq!(store.queued_here(&name()).await.unwrap(), ["b:1"]);
-    let back = store.try_acquire(&waiting, &id, Some("a:1")).await.unwrap();
+    assert_eq!(
+        store.queued_here(&name()).await.unwrap(),
+        [queue_entry("0000000b:1")]
+    );
+    let back = store
+        .try_acquire(&waiting, &id, Some(&queue_entry("0000000a:1")))
+        .await
+        .unwrap();
     assert_eq!(back, AcquireOutcome::Superseded);
-    assert_eq!(store.queued_here(&name()).await.unwrap(), ["b:1"]);
+    assert_eq!(
+        store.queued_here(&name()).await.unwrap(),
+        [queue_entry("0000000b:1")]
+    );
+}
+
+/// The entry whose text is `text`.
+fn queue_entry(text: &str) -> QueueEntry {
+    QueueEntry::parse(text).unwrap()
 }

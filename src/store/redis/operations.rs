@@ -17,7 +17,8 @@ use crate::{
     error::{Error, Result},
     lease::{
         AcquireOutcome, Caller, Description, ENDED_LEASE_ID_KEPT, LeaseGone, LeaseId, LeaseName,
-        LeasePage, LeaseStore, ListPrefix, QueueStatus, RenewOutcome, Revoked, ValidatedAcquire,
+        LeasePage, LeaseStore, ListPrefix, QueueEntry, QueueStatus, QueueStore, RenewOutcome,
+        Revoked, ValidatedAcquire,
     },
     metrics::metrics,
 };
@@ -27,7 +28,7 @@ impl LeaseStore for RedisStore {
         &self,
         request: &ValidatedAcquire,
         lease_id: &LeaseId,
-        entry: Option<&str>,
+        entry: Option<&QueueEntry>,
     ) -> Result<AcquireOutcome> {
         let name = &request.name;
         let keys = self.keys(name);
@@ -37,7 +38,7 @@ impl LeaseStore for RedisStore {
             request.holder.clone(),
             ttl_ms.to_string(),
             self.counter_keep_ms(),
-            entry.unwrap_or_default().to_owned(),
+            entry.map(QueueEntry::to_string).unwrap_or_default(),
             request.wait.as_millis().to_string(),
             self.max_waiters_per_name.to_string(),
             request.limit.to_string(),
@@ -170,108 +171,6 @@ impl LeaseStore for RedisStore {
         })
     }
 
-    async fn leave(&self, name: &LeaseName, entries: &[String]) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let keys = self.keys(name);
-        self.run(
-            Script::Leave,
-            name,
-            keys.for_queue_scripts(),
-            entries.to_vec(),
-        )
-        .await?
-        .integer()?;
-        Ok(())
-    }
-
-    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<String>> {
-        let keys = self.keys(name);
-        let reply = self
-            .run(
-                Script::Queued,
-                name,
-                vec![keys.queue],
-                vec![self.events.replica().to_owned()],
-            )
-            .await?;
-        (0..reply.len()?).map(|index| reply.string(index)).collect()
-    }
-
-    async fn queue_status(&self, name: &LeaseName, entries: &[String]) -> Result<QueueStatus> {
-        let keys = self.keys(name);
-        let reply = self
-            .run(Script::Status, name, keys.for_status(), entries.to_vec())
-            .await?;
-        let positions = (0..entries.len())
-            .map(|index| reply.count(OCCUPANCY_FIELDS + index))
-            .collect::<Result<_>>()?;
-        let due_at = OCCUPANCY_FIELDS + entries.len();
-        let due = (due_at + 1..reply.len()?)
-            .map(|index| reply.string(index))
-            .collect::<Result<_>>()?;
-        let mut occupancy = reply.occupancy(0)?;
-        occupancy.due = reply.count(due_at)?;
-        Ok(QueueStatus {
-            occupancy,
-            positions,
-            due,
-        })
-    }
-
-    async fn unstall(&self, name: &LeaseName, stalled: &[String], overdue: bool) -> Result<usize> {
-        let keys = self.keys(name);
-        let suspects: Vec<String> = match stalled.is_empty() {
-            true => {
-                let reply = self
-                    .run(Script::Replicas, name, vec![keys.queue.clone()], vec![])
-                    .await?;
-                (0..reply.len()?)
-                    .map(|index| reply.string(index))
-                    .collect::<Result<_>>()?
-            }
-            false => {
-                let mut replicas: Vec<String> = stalled
-                    .iter()
-                    .filter_map(|entry| entry.split_once(':'))
-                    .map(|(replica, _)| format!("{replica}:"))
-                    .collect();
-                replicas.sort();
-                replicas.dedup();
-                replicas
-            }
-        };
-        let me = format!("{}:", self.events.replica());
-        let mut purge = Vec::new();
-        for replica in suspects.into_iter().filter(|replica| *replica != me) {
-            if !self.is_alive(name, &replica[..replica.len() - 1]).await? {
-                purge.push(replica);
-            }
-        }
-        if overdue {
-            purge.extend(
-                stalled
-                    .iter()
-                    .filter(|entry| !entry.starts_with(&me))
-                    .cloned(),
-            );
-        }
-        if purge.is_empty() && stalled.is_empty() {
-            return Ok(0);
-        }
-        let gone = purge.iter().filter(|item| item.ends_with(':')).count();
-        let removed = self
-            .run(Script::Purge, name, keys.for_queue_scripts(), purge)
-            .await?
-            .integer()? as usize;
-        if removed > 0 {
-            tracing::info!(%name, removed, replicas_gone = gone, overdue, "took stalled entries of other replicas out of the queue");
-            metrics().stalled_entries_removed.inc_by(removed as u64);
-        }
-        Ok(removed)
-    }
-
     async fn ping(&self) -> Result<()> {
         if let Some(refusal) = self.layout.refusal() {
             return Err(refusal);
@@ -341,6 +240,115 @@ impl LeaseStore for RedisStore {
     }
 }
 
+impl QueueStore for RedisStore {
+    async fn leave(&self, name: &LeaseName, entries: &[QueueEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let keys = self.keys(name);
+        self.run(
+            Script::Leave,
+            name,
+            keys.for_queue_scripts(),
+            entries.iter().map(QueueEntry::to_string).collect(),
+        )
+        .await?
+        .integer()?;
+        Ok(())
+    }
+
+    async fn queued_here(&self, name: &LeaseName) -> Result<Vec<QueueEntry>> {
+        let keys = self.keys(name);
+        let reply = self
+            .run(
+                Script::Queued,
+                name,
+                vec![keys.queue],
+                vec![self.events.replica().to_owned()],
+            )
+            .await?;
+        (0..reply.len()?).map(|index| reply.entry(index)).collect()
+    }
+
+    async fn queue_status(&self, name: &LeaseName, entries: &[QueueEntry]) -> Result<QueueStatus> {
+        let keys = self.keys(name);
+        let entries_text = entries.iter().map(QueueEntry::to_string).collect();
+        let reply = self
+            .run(Script::Status, name, keys.for_status(), entries_text)
+            .await?;
+        let positions = (0..entries.len())
+            .map(|index| reply.count(OCCUPANCY_FIELDS + index))
+            .collect::<Result<_>>()?;
+        let due_at = OCCUPANCY_FIELDS + entries.len();
+        let due = (due_at + 1..reply.len()?)
+            .map(|index| reply.entry(index))
+            .collect::<Result<_>>()?;
+        let mut occupancy = reply.occupancy(0)?;
+        occupancy.due = reply.count(due_at)?;
+        Ok(QueueStatus {
+            occupancy,
+            positions,
+            due,
+        })
+    }
+
+    async fn unstall(
+        &self,
+        name: &LeaseName,
+        stalled: &[QueueEntry],
+        overdue: bool,
+    ) -> Result<usize> {
+        let keys = self.keys(name);
+        let suspects: Vec<String> = match stalled.is_empty() {
+            true => {
+                let reply = self
+                    .run(Script::Replicas, name, vec![keys.queue.clone()], vec![])
+                    .await?;
+                (0..reply.len()?)
+                    .map(|index| reply.string(index))
+                    .collect::<Result<_>>()?
+            }
+            false => {
+                let mut replicas: Vec<String> = stalled
+                    .iter()
+                    .map(|entry| format!("{}:", entry.replica))
+                    .collect();
+                replicas.sort();
+                replicas.dedup();
+                replicas
+            }
+        };
+        let me = format!("{}:", self.events.replica());
+        let mut purge = Vec::new();
+        for replica in suspects.into_iter().filter(|replica| *replica != me) {
+            if !self.is_alive(name, &replica[..replica.len() - 1]).await? {
+                purge.push(replica);
+            }
+        }
+        if overdue {
+            purge.extend(
+                stalled
+                    .iter()
+                    .filter(|entry| entry.replica != self.events.replica())
+                    .map(QueueEntry::to_string),
+            );
+        }
+        if purge.is_empty() && stalled.is_empty() {
+            return Ok(0);
+        }
+        let gone = purge.iter().filter(|item| item.ends_with(':')).count();
+        let removed = self
+            .run(Script::Purge, name, keys.for_queue_scripts(), purge)
+            .await?
+            .integer()? as usize;
+        if removed > 0 {
+            tracing::info!(%name, removed, replicas_gone = gone, overdue, "took stalled entries of other replicas out of the queue");
+            metrics().stalled_entries_removed.inc_by(removed as u64);
+        }
+        Ok(removed)
+    }
+}
+
 /// Who releases a grant, as release.lua takes it.
 enum ReleaseBy<'a> {
     /// Its holder (`Release`), as this caller: the lease id stays ended for
@@ -403,7 +411,7 @@ impl RedisStore {
         // The wake-ups are on their way through pub/sub too; if a caller they go to waits on
         // this replica, the reply reaches it sooner.
         for index in 1..reply.len()? {
-            self.events.wake(name.as_str(), &reply.string(index)?);
+            self.events.wake(name.as_str(), &reply.entry(index)?);
         }
         Ok(true)
     }

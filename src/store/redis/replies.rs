@@ -8,7 +8,10 @@ use fred::{
 
 use crate::{
     error::{Error, Result},
-    lease::{AcquireOutcome, Expiry, Grant, GrantMismatch, Holder, LeaseId, LeaseName, Occupancy},
+    lease::{
+        AcquireOutcome, Expiry, Grant, GrantMismatch, Holder, LeaseId, LeaseName, Occupancy,
+        QueueEntry,
+    },
 };
 
 /// Connection trouble is `UNAVAILABLE` (retrying later may succeed). Anything Redis refused on
@@ -184,6 +187,13 @@ impl Reply<'_> {
         field
             .as_string()
             .ok_or_else(|| self.broken(format!("field {index} = {field:?}")))
+    }
+
+    /// A queue entry, as the scripts keep it ([`QueueEntry::parse`]).
+    pub(super) fn entry(&self, index: usize) -> Result<QueueEntry> {
+        let text = self.string(index)?;
+        QueueEntry::parse(&text)
+            .ok_or_else(|| self.broken(format!("field {index} = {text:?}, not a queue entry")))
     }
 
     /// How many fields the reply has.

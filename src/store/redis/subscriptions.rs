@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::messages::Published;
 use crate::{
-    lease::{LeaseName, StoreEvents},
+    lease::{LeaseName, QueueEntry, StoreEvents},
     throttle::{LOG_INTERVAL, Throttle},
 };
 
@@ -195,7 +195,10 @@ pub(super) async fn report_messages(
                 };
                 match Published::parse(&text) {
                     Some(Published::Moved) => events.moved(name),
-                    Some(Published::Wake(entry)) => events.wake(name, entry),
+                    Some(Published::Wake(entry)) => match QueueEntry::parse(entry) {
+                        Some(entry) => events.wake(name, &entry),
+                        None => tracing::debug!(name, entry, "wake-up of no queue entry"),
+                    },
                     Some(Published::Changed(change)) => events.changed(name, change),
                     None => {
                         tracing::debug!(name, message = %text, "unknown message on a lease channel")
