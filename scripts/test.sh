@@ -18,7 +18,7 @@ if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/nul
   as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
 
-# The fencing adapters' tests (tests/fencing/, each client's) write to a real PostgreSQL, which
+# The fencing adapters' tests (tests/integration/fencing/, each client's) write to a real PostgreSQL, which
 # scripts/postgres-scratch.sh starts per test run on a loopback port. Debian's package also
 # starts a system cluster on 5432; the tests never use it.
 if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || ! command -v psql >/dev/null; then
@@ -28,7 +28,7 @@ if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || ! command -v psql >/dev/
   as_root systemctl disable --now postgresql >/dev/null 2>&1 || true
 fi
 
-# The console's browser tests (tests/console.rs) drive Debian's Chromium with playwright-core.
+# The console's browser tests (tests/integration/console.rs) drive Debian's Chromium with playwright-core.
 if ! command -v chromium >/dev/null; then
   echo "installing chromium from Debian" >&2
   as_root apt-get update -qq

@@ -1,5 +1,5 @@
 // The console in a real browser: Playwright (playwright-core) driving Debian's Chromium, headless,
-// against real servers on a real Redis that tests/console.rs started (it passes their addresses in
+// against real servers on a real Redis that tests/integration/console.rs started (it passes their addresses in
 // the environment). Leases are taken and held with the real `leased` CLI, as a user would.
 //
 // Environment: OPEN_CONSOLE and OPEN_GRPC (a server without access control), AUTH_CONSOLE and
@@ -14,7 +14,7 @@ import { CHROMIUM_ARGS } from './chromium.mjs';
 
 const env = (name) => {
   const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run this through tests/console.rs`);
+  if (!value) throw new Error(`${name} is not set: run this through tests/integration/console.rs`);
   return value;
 };
 const OPEN = { console: env('OPEN_CONSOLE'), grpc: env('OPEN_GRPC') };
@@ -115,7 +115,7 @@ test('the list shows the leases under the prefix typed, as it is typed', async (
 });
 
 test('the list pages through more leases than a page holds', async (t) => {
-  // tests/console.rs holds paging/lease-000 to paging/lease-119 before the browser starts. List
+  // tests/integration/console.rs holds paging/lease-000 to paging/lease-119 before the browser starts. List
   // pages come in the store's order, not by name: the two pages together hold each name once.
   const page = await newPage(t);
   await page.goto(`${OPEN.console}/#prefix=paging/`);
