@@ -40,13 +40,15 @@ impl Backend {
     }
 }
 
-/// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`.
+/// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`, each in a
+/// [`steady_turn`](crate::common::steady_turn).
 macro_rules! on_both_stores {
     ($($scenario:ident),* $(,)?) => {
         mod memory {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
+                    let _turn = crate::common::steady_turn().await;
                     super::$scenario(&super::Backend::memory().await.leased).await;
                 }
             )*
@@ -55,6 +57,7 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
+                    let _turn = crate::common::steady_turn().await;
                     super::$scenario(&super::Backend::redis().await.leased).await;
                 }
             )*

@@ -447,6 +447,7 @@ fn browser_setup() -> (PathBuf, String) {
 /// view.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_chromium() {
+    let _turn = heavy_turn().await;
     let (dir, chromium) = browser_setup();
     let redis = RedisServer::start();
     let tokens = tokens_file();

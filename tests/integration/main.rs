@@ -6,8 +6,9 @@
 //! harmless to the others: the descriptor limit is only ever raised (`harness::proc`), the
 //! tracing subscriber is installed once by whichever in-process server starts first, the metrics
 //! of in-process servers are process-wide (tests that count exactly run `leased` as a child
-//! process, the others compare before and after with a lower bound), and the tests that want
-//! both cores to themselves take turns through [`common::heavy`].
+//! process, the others compare before and after with a lower bound). The tests that want both
+//! cores take turns with each other and with the scenarios of tight timing: `common::heavy_turn`
+//! and `common::steady_turn`.
 
 mod common;
 mod harness;

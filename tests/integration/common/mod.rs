@@ -22,13 +22,24 @@ use leased::proto::{
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
-/// A turn for a test that wants both cores: the reliability checker's runs, the 25,000-connection
-/// flood, the load tests of Renew streams and of watchers. Each was once in a binary of its own
-/// and its bounds assume no other of them beside it; in this one process they take turns (hold
-/// the guard for the whole test). A tokio mutex: a test that fails does not poison the next.
-pub async fn heavy_turn() -> tokio::sync::MutexGuard<'static, ()> {
-    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    TURN.lock().await
+/// Turns between the tests that want both cores to themselves and the tests whose timing bounds
+/// (tens of milliseconds) assume no such test beside them. Each heavy test was once in a binary of
+/// its own, beside only its own module's tests; in this one process a heavy test runs with none of
+/// the scenarios of [`on_both_stores!`] beside it, and with no other heavy test. A tokio lock: a
+/// test that fails does not poison the next.
+static TURNS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A turn for a test that wants both cores: the reliability checker's runs, the browser test, the
+/// 25,000-connection flood, the load tests of Renew streams and of watchers. Hold the guard for
+/// the whole test.
+pub async fn heavy_turn() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    TURNS.write().await
+}
+
+/// A turn for a test with tight timing bounds, shared with every other such test and never with
+/// a heavy one ([`heavy_turn`]). [`on_both_stores!`] takes it for each scenario.
+pub async fn steady_turn() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    TURNS.read().await
 }
 
 /// Every message of one `Acquire` call (the stream ends after the terminal message).
@@ -517,7 +528,8 @@ impl Replicas {
 }
 
 /// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`; each scenario is
-/// an `async fn(&Replicas)` in the test file, which must have [`Replicas`] in scope.
+/// an `async fn(&Replicas)` in the test file, which must have [`Replicas`] in scope. Each takes a
+/// [`steady_turn`].
 #[allow(unused_macros)] // each test binary uses a different part of the helpers
 macro_rules! on_both_stores {
     ($($scenario:ident),* $(,)?) => {
@@ -525,6 +537,7 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
+                    let _turn = crate::common::steady_turn().await;
                     super::$scenario(&super::Replicas::memory().await).await;
                 }
             )*
@@ -533,6 +546,7 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
+                    let _turn = crate::common::steady_turn().await;
                     super::$scenario(&super::Replicas::redis().await).await;
                 }
             )*

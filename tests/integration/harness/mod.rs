@@ -145,7 +145,7 @@ impl Drop for Owned {
 
 /// Builds the example with the cargo that builds this test, into the same target directory and
 /// profile, and returns its path. A plain `cargo test` has built it already (this is then a quick
-/// no-op); `cargo test --test <one test binary>` has not, or may have left an old build.
+/// no-op); `cargo test --test integration` alone has not, or may have left an old build.
 pub fn build_example(name: &str) -> PathBuf {
     // This test runs from <target>/<profile>/deps/.
     let exe = std::env::current_exe().expect("current_exe");

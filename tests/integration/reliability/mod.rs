@@ -33,11 +33,11 @@ use std::{sync::Arc, time::Duration};
 
 use crate::common::{log_dir, now_unix_ms};
 use checker::{Checker, Counting, GcPauses, ReadWrite, Report, Workload};
-use tokio::{sync::MutexGuard, task::JoinHandle};
+use tokio::{sync::RwLockWriteGuard, task::JoinHandle};
 
 /// The checker tests load both cores; run them one at a time, and apart from the other tests that
 /// do.
-async fn one_at_a_time() -> MutexGuard<'static, ()> {
+async fn one_at_a_time() -> RwLockWriteGuard<'static, ()> {
     crate::common::heavy_turn().await
 }
 
