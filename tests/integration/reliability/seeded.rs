@@ -820,13 +820,43 @@ fn checker_flags_seeded_mode_overlaps() {
     ]);
 }
 
-/// The modes of one FIFO-between-modes record, and whether Y went first.
+/// A read-write mode, by name.
+const SHARED: bool = true;
+const EXCLUSIVE: bool = false;
+
+/// The modes of one FIFO-between-modes record (`true`: shared), and whether Y went first.
 struct Modes {
     holder_shared: bool,
     x_shared: bool,
     y_shared: bool,
     y_waited: bool,
     y_first: bool,
+}
+
+impl Modes {
+    /// The holder's, X's and Y's modes; Y granted after X, on its first attempt.
+    fn of(holder_shared: bool, x_shared: bool, y_shared: bool) -> Self {
+        Modes {
+            holder_shared,
+            x_shared,
+            y_shared,
+            y_waited: false,
+            y_first: false,
+        }
+    }
+
+    /// Y granted before X.
+    fn y_first(self) -> Self {
+        Modes {
+            y_first: true,
+            ..self
+        }
+    }
+
+    /// Whether Y waited (was told `waiting`) before its grant.
+    fn y_waited(self, y_waited: bool) -> Self {
+        Modes { y_waited, ..self }
+    }
 }
 
 /// The record of [`checker_flags_seeded_mode_overtakes`] in `modes`.
@@ -872,57 +902,40 @@ fn mode_overtake_record(modes: Modes) -> Vec<Event> {
 #[test]
 fn checker_flags_seeded_mode_overtakes() {
     let workload = seeded_read_write_workload();
-    let case = |name: String, modes| Case::new(name, &workload, mode_overtake_record(modes));
+    let case = |name: &str, modes| Case::new(name, &workload, mode_overtake_record(modes));
 
     // Readers hold; a writer waits; a later reader is granted before it.
-    let reader_barges = [false, true].map(|y_waited| {
-        case(
-            format!(
-                "rw-reader-barges-{}",
-                if y_waited { "queued" } else { "at-once" }
-            ),
-            Modes {
-                holder_shared: true,
-                x_shared: false,
-                y_shared: true,
-                y_waited,
-                y_first: true,
-            },
-        )
-        .found(&[
-            (
-                &[
-                    "overtake",
-                    "exclusive client 1 (replica 0; Acquire sent at 10ms",
-                ],
-                1,
-            ),
-            (&["overtake", "overtaken by shared client 2"], 1),
-        ])
-        .violations(1)
-        .figures(|report| {
-            assert_eq!(report.overtakes, 1);
-            assert_eq!(report.mode_fifo_pairs.exclusive_then_shared, 1);
-        })
+    let reader_barges = [("at-once", false), ("queued", true)].map(|(how, y_waited)| {
+        let modes = Modes::of(SHARED, EXCLUSIVE, SHARED).y_first();
+        case(&format!("rw-reader-barges-{how}"), modes.y_waited(y_waited))
+            .found(&[
+                (
+                    &[
+                        "overtake",
+                        "exclusive client 1 (replica 0; Acquire sent at 10ms",
+                    ],
+                    1,
+                ),
+                (&["overtake", "overtaken by shared client 2"], 1),
+            ])
+            .violations(1)
+            .figures(|report| {
+                assert_eq!(report.overtakes, 1);
+                assert_eq!(report.mode_fifo_pairs.exclusive_then_shared, 1);
+            })
     });
     // Every mix in order: Y granted after X.
     let in_order = [
-        (true, false, true),
-        (false, false, true),
-        (false, true, false),
-        (false, false, false),
-        (false, true, true),
+        (SHARED, EXCLUSIVE, SHARED),
+        (EXCLUSIVE, EXCLUSIVE, SHARED),
+        (EXCLUSIVE, SHARED, EXCLUSIVE),
+        (EXCLUSIVE, EXCLUSIVE, EXCLUSIVE),
+        (EXCLUSIVE, SHARED, SHARED),
     ]
-    .map(|(holder_shared, x_shared, y_shared)| {
+    .map(|(holder, x, y)| {
         case(
-            format!("rw-in-order-{holder_shared}-{x_shared}-{y_shared}"),
-            Modes {
-                holder_shared,
-                x_shared,
-                y_shared,
-                y_waited: false,
-                y_first: false,
-            },
+            &format!("rw-in-order-{holder}-{x}-{y}"),
+            Modes::of(holder, x, y),
         )
         .violations(0)
         .figures(|report| assert_eq!(report.fifo_pairs_checked, 1))
@@ -934,14 +947,10 @@ fn checker_flags_seeded_mode_overtakes() {
             .chain([
                 // A writer holds; a reader waits; a later writer is granted before it.
                 case(
-                    "rw-writer-barges".into(),
-                    Modes {
-                        holder_shared: false,
-                        x_shared: true,
-                        y_shared: false,
-                        y_waited: true,
-                        y_first: true,
-                    },
+                    "rw-writer-barges",
+                    Modes::of(EXCLUSIVE, SHARED, EXCLUSIVE)
+                        .y_first()
+                        .y_waited(true),
                 )
                 .found(&[(&["overtake", "overtaken by exclusive client 2"], 1)])
                 .figures(|report| {
@@ -951,14 +960,8 @@ fn checker_flags_seeded_mode_overtakes() {
                 // A writer holds; a reader waits; a later reader is granted first on its first
                 // attempt, which it could only be with nobody in line.
                 case(
-                    "rw-reader-first-attempt".into(),
-                    Modes {
-                        holder_shared: false,
-                        x_shared: true,
-                        y_shared: true,
-                        y_waited: false,
-                        y_first: true,
-                    },
+                    "rw-reader-first-attempt",
+                    Modes::of(EXCLUSIVE, SHARED, SHARED).y_first(),
                 )
                 .found(&[(&["overtake", "it never waited"], 1)])
                 .figures(|report| {
@@ -968,14 +971,10 @@ fn checker_flags_seeded_mode_overtakes() {
                 // The same, but the later reader waited too: both were due in one run; not
                 // checked.
                 case(
-                    "rw-readers-due-together".into(),
-                    Modes {
-                        holder_shared: false,
-                        x_shared: true,
-                        y_shared: true,
-                        y_waited: true,
-                        y_first: true,
-                    },
+                    "rw-readers-due-together",
+                    Modes::of(EXCLUSIVE, SHARED, SHARED)
+                        .y_first()
+                        .y_waited(true),
                 )
                 .violations(0)
                 .figures(|report| {
