@@ -1,8 +1,8 @@
 //! The operator's console (`--console-listen`): its HTTP API and guards here, and the page itself
 //! in Chromium (`tests/console/browser.test.mjs`, Playwright from `playwright-core`), both against
 //! real servers on a real `redis-server`. `scripts/test.sh` installs Chromium and the npm
-//! package; `cargo test --test integration console::console_figures -- --ignored --nocapture` prints the
-//! console's figures (load time with 1,000 leases, events per second a tab follows).
+//! package; `cargo test --test integration console::console_figures -- --ignored --nocapture`
+//! prints the console's figures (load time with 1,000 leases, events per second a tab follows).
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -497,8 +497,8 @@ async fn the_console_in_chromium() {
     let _ = std::fs::remove_file(tokens);
 }
 
-/// Not a test: the console's figures, printed. `cargo test --test integration console::console_figures -- --ignored
-/// --nocapture console_figures`.
+/// Not a test: the console's figures, printed. `cargo test --test integration
+/// console::console_figures -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "prints figures; run by hand"]
 async fn console_figures() {

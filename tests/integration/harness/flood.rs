@@ -65,8 +65,8 @@ pub fn count_closed(streams: &[TcpStream]) -> usize {
         .count()
 }
 
-/// Idle connections held by a child process (`tests/integration/harness/idle_connections.py`), for floods
-/// larger than this process's open-file limit allows. They close when it is dropped.
+/// Idle connections held by a child process (`tests/integration/harness/idle_connections.py`), for
+/// floods larger than this process's open-file limit allows. They close when it is dropped.
 pub struct IdleConnections {
     child: std::process::Child,
     stdin: std::process::ChildStdin,

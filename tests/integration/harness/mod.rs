@@ -1,6 +1,7 @@
 //! The harness: every process the integration tests and the benchmarks start, all on 127.0.0.1,
 //! each killed (and its scratch files removed) on drop. The integration tests' binary declares it
-//! (`tests/integration/main.rs`, re-exported by `common`), the benchmarks through `benches/bench/main.rs`.
+//! (`tests/integration/main.rs`, re-exported by `common`), the benchmarks through
+//! `benches/bench/main.rs`.
 //!
 //! - [`redis`]: `redis-server` ([`redis::RedisServer`]) and the one RESP client ([`redis::query`]).
 //! - [`sentinel`]: Redis Sentinel (a master, a replica, three sentinels).

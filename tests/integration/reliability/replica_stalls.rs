@@ -133,9 +133,9 @@ fn own_id_workload() -> Workload {
 /// Stops the Redis replica for 1–3 s at a time, 1–3 s apart, from `from` until `to` on the
 /// checker's clock, each stop recorded as a fault. Returns how many stops there were.
 ///
-/// Not held to the stall bounds of [`Stalled`](crate::reliability::checker::Stalled): a `WAIT` blocks the pooled Redis connection it
-/// runs on, so a call whose commands queue behind one or two `WAIT`s answers after more than one
-/// `--redis-wait-timeout` (1.83 s was seen against 500 ms).
+/// Not held to the stall bounds of [`Stalled`](crate::reliability::checker::Stalled): a `WAIT`
+/// blocks the pooled Redis connection it runs on, so a call whose commands queue behind one or two
+/// `WAIT`s answers after more than one `--redis-wait-timeout` (1.83 s was seen against 500 ms).
 async fn stop_replica_repeatedly(
     checker: &Checker,
     replica: &RedisServer,
@@ -259,7 +259,8 @@ async fn no_two_holders_when_own_id_retries_meet_replica_stalls() {
 /// Long run (ignored): the same, the replica stopped 1–3 s at a time for
 /// `LEASED_CHECKER_SECONDS`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long run: LEASED_CHECKER_SECONDS=600 cargo test --test integration reliability:: -- --ignored"]
+#[ignore = "long run: LEASED_CHECKER_SECONDS=600 cargo test --test integration reliability:: --
+#--ignored"]
 async fn long_run_own_id_retries_through_replica_stalls() {
     let _serial = one_at_a_time().await;
     let run_for = Duration::from_secs(long_run_seconds()).max(CALM_TAIL * 3);
