@@ -2,9 +2,9 @@
 # The test command (README, "Run it, test it"; CONTRIBUTING.md, "Testing"): installs what the
 # tests need when it is missing, then runs every test: `cargo test` (Rust unit and integration
 # tests against a real redis-server, the console's in Chromium), `pytest tests/python` (the Helm
-# chart, the proto's buf checks and the bench tables), and the Python, Go, Java and Node.js clients' own tests (each
-# `clients/<language>/test.sh` installs its toolchain and tests the package as a user installs
-# it); and it builds the book (scripts/docs.sh).
+# chart, the proto's buf checks and the bench tables), and the Python, Go, Java and Node.js clients'
+# own tests (each `clients/<language>/test.sh` installs its toolchain and tests the package as a
+# user installs it); and it builds the book (scripts/docs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +18,9 @@ if ! command -v redis-server >/dev/null || ! command -v redis-sentinel >/dev/nul
   as_root systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
 
-# The fencing adapters' tests (tests/fencing/, each client's) write to a real PostgreSQL, which
-# scripts/postgres-scratch.sh starts per test run on a loopback port. Debian's package also
-# starts a system cluster on 5432; the tests never use it.
+# The fencing adapters' tests (tests/integration/fencing/, each client's) write to a real
+# PostgreSQL, which scripts/postgres-scratch.sh starts per test run on a loopback port. Debian's
+# package also starts a system cluster on 5432; the tests never use it.
 if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || ! command -v psql >/dev/null; then
   echo "installing postgresql from Debian" >&2
   as_root apt-get update -qq
@@ -28,7 +28,8 @@ if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || ! command -v psql >/dev/
   as_root systemctl disable --now postgresql >/dev/null 2>&1 || true
 fi
 
-# The console's browser tests (tests/console.rs) drive Debian's Chromium with playwright-core.
+# The console's browser tests (tests/integration/console.rs) drive Debian's Chromium with
+# playwright-core.
 if ! command -v chromium >/dev/null; then
   echo "installing chromium from Debian" >&2
   as_root apt-get update -qq

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The rolling-upgrade check: builds the `leased` binary of OLD_REV and of the working tree, then
-# runs tests/upgrade.rs (ignored by `cargo test`), which replaces two replicas of the old binary by
-# the new one, one at a time, while holders renew and waiters wait through both, and prints the
-# leases lost (must be 0), the tokens and the FIFO order it checked, and its figures.
+# runs tests/integration/upgrade.rs (ignored by `cargo test`), which replaces two replicas of the
+# old binary by the new one, one at a time, while holders renew and waiters wait through both, and
+# prints the leases lost (must be 0), the tokens and the FIFO order it checked, and its figures.
 #
 #   scripts/upgrade-check.sh OLD_REV        e.g. scripts/upgrade-check.sh v0.1.0
 #
@@ -36,4 +36,4 @@ fi
 echo "== building leased from the working tree" >&2
 cargo build --locked --bin leased
 echo "== rolling upgrade: $old_bin -> $target/debug/leased" >&2
-LEASED_OLD_BIN="$old_bin" cargo test --locked --test upgrade -- --ignored --nocapture
+LEASED_OLD_BIN="$old_bin" cargo test --locked --test integration upgrade:: -- --ignored --nocapture

@@ -4,7 +4,7 @@
 //! release `leased` binary as a child process, etcd), runs every scenario, prints Markdown tables
 //! and writes `target/bench/report.json`. README.md, "Performance", explains the scenarios.
 //!
-//! - [`harness`]: the processes (shared with the integration tests, `tests/harness/`).
+//! - [`harness`]: the processes (shared with the integration tests, `tests/integration/harness/`).
 //! - [`procs`]: the bench's side of them: CPU metering, `target/bench/`, `--leased-bin`.
 //! - [`measure`]: closed-loop workers, latency quantiles, result rows and their numbers as the
 //!   tables print them.
@@ -43,7 +43,7 @@ mod fanout;
 mod fenced_write;
 mod fencing_cost;
 mod handoff;
-#[path = "../../tests/harness/mod.rs"]
+#[path = "../../tests/integration/harness/mod.rs"]
 mod harness;
 mod hostile;
 mod idle;

@@ -1,6 +1,7 @@
 //! The fenced_kv example's key-value store, a tonic server whose Writer service is fenced by
-//! [`FencingLayer`]. Shared by the example (`main.rs`), its tests (`tests/fencing_middleware.rs`)
-//! and the `fencing_cost` bench, which include this file.
+//! [`FencingLayer`]. Shared by the example (`main.rs`), its tests
+//! (`tests/integration/fencing_middleware.rs`) and the `fencing_cost` bench, which include this
+//! file.
 
 #![allow(dead_code)] // each includer uses a different part
 

@@ -42,7 +42,7 @@
 //! lists every holder, with its mode, and the waiters.
 //!
 //! `examples/guard.rs` is a runnable program built the same way (acquire with a wait, work until
-//! done or lost, release); `tests/client.rs` runs it against a real server.
+//! done or lost, release); `tests/integration/client.rs` runs it against a real server.
 //!
 //! [`LeaseClient::watch`] follows who holds a lease (a [`Stream`](tokio_stream::Stream) of
 //! [`WatchEvent`]s: what leader election's followers use, see `examples/leader_election.rs`),

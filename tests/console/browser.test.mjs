@@ -1,11 +1,13 @@
 // The console in a real browser: Playwright (playwright-core) driving Debian's Chromium, headless,
-// against real servers on a real Redis that tests/console.rs started (it passes their addresses in
-// the environment). Leases are taken and held with the real `leased` CLI, as a user would.
+// against real servers on a real Redis that tests/integration/console.rs started (it passes their
+// addresses in the environment). Leases are taken and held with the real `leased` CLI, as a user
+// would.
 //
 // Environment: OPEN_CONSOLE and OPEN_GRPC (a server without access control), AUTH_CONSOLE and
 // AUTH_GRPC (one with --auth-tokens), NAMED_CONSOLE and NAMED_GRPC (one without access control
-// started with --console-host attacker.example), ADMIN_TOKEN (every operation) and VIEWER_TOKEN (list,
-// describe and watch only), LEASED_BIN, CHROMIUM, SCREENSHOT (where the lease view's picture goes).
+// started with --console-host attacker.example), ADMIN_TOKEN (every operation) and VIEWER_TOKEN
+// (list, describe and watch only), LEASED_BIN, CHROMIUM, SCREENSHOT (where the lease view's picture
+// goes).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
@@ -14,7 +16,7 @@ import { CHROMIUM_ARGS } from './chromium.mjs';
 
 const env = (name) => {
   const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run this through tests/console.rs`);
+  if (!value) throw new Error(`${name} is not set: run this through tests/integration/console.rs`);
   return value;
 };
 const OPEN = { console: env('OPEN_CONSOLE'), grpc: env('OPEN_GRPC') };
@@ -115,8 +117,9 @@ test('the list shows the leases under the prefix typed, as it is typed', async (
 });
 
 test('the list pages through more leases than a page holds', async (t) => {
-  // tests/console.rs holds paging/lease-000 to paging/lease-119 before the browser starts. List
-  // pages come in the store's order, not by name: the two pages together hold each name once.
+  // tests/integration/console.rs holds paging/lease-000 to paging/lease-119 before the browser
+  // starts. List pages come in the store's order, not by name: the two pages together hold each
+  // name once.
   const page = await newPage(t);
   await page.goto(`${OPEN.console}/#prefix=paging/`);
   await page.waitForFunction(() => document.body.dataset.listed === '100');

@@ -1,7 +1,7 @@
-// The console's figures, printed (not a test): run by `cargo test --test console -- --ignored
-// --nocapture console_figures`, which starts the server with 1,000 leases held under `figures/`
-// and, once this prints READY, grants and releases `figures/busy` as fast as it can, then writes
-// how many events it caused on stdin.
+// The console's figures, printed (not a test): run by `cargo test --test integration
+// console::console_figures -- --ignored --nocapture`, which starts the server with 1,000 leases
+// held under `figures/` and, once this prints READY, grants and releases `figures/busy` as fast as
+// it can, then writes how many events it caused on stdin.
 import { createInterface } from 'node:readline';
 import { chromium } from 'playwright-core';
 import { CHROMIUM_ARGS } from './chromium.mjs';

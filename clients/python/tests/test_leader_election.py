@@ -1,8 +1,8 @@
-"""clients/python/examples/leader_election.py as three real candidate processes against the real `leased`
-binary on a real redis-server: one leads and every candidate's Watch names it; the leader is
-killed with SIGKILL, and a follower takes over one TTL later with a larger fencing token, which the
-last follower's Watch reports after the expiry. (tests/leader_election.rs does the same with the
-Rust example.) Run by clients/python/test.sh, against the installed package.
+"""clients/python/examples/leader_election.py as three real candidate processes against the real
+`leased` binary on a real redis-server: one leads and every candidate's Watch names it; the leader
+is killed with SIGKILL, and a follower takes over one TTL later with a larger fencing token, which
+the last follower's Watch reports after the expiry. (tests/integration/leader_election.rs does the
+same with the Rust example.) Run by clients/python/test.sh, against the installed package.
 """
 
 from __future__ import annotations
