@@ -34,7 +34,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<AcquireOutcome>> + Send;
 
     /// Moves the expiry forward if `lease_id` still holds `name`. `ttl: None` keeps the granted TTL.
-    /// A grant that another `caller` made with its own lease id is `PERMISSION_DENIED`.
+    /// A grant that another `caller` made with its own lease id is refused
+    /// ([`Refusal::MadeByAnotherCaller`](crate::error::Refusal::MadeByAnotherCaller)).
     fn renew(
         &self,
         name: &LeaseName,
@@ -45,7 +46,7 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Ends the lease (the permit) if `lease_id` holds it, without lock-delay, and wakes the
     /// caller in line that the freed permit goes to; false if it did not hold it. A grant that
-    /// another `caller` made with its own lease id is `PERMISSION_DENIED` (and nothing ends).
+    /// another `caller` made with its own lease id is refused, as by `renew` (and nothing ends).
     fn release(
         &self,
         name: &LeaseName,
