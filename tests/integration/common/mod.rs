@@ -530,7 +530,6 @@ impl Replicas {
 /// Generates one test per scenario and store: `memory::NAME` and `redis::NAME`; each scenario is
 /// an `async fn(&Replicas)` in the test file, which must have [`Replicas`] in scope. Each takes a
 /// [`steady_turn`].
-#[allow(unused_macros)] // each test binary uses a different part of the helpers
 macro_rules! on_both_stores {
     ($($scenario:ident),* $(,)?) => {
         mod memory {
@@ -553,7 +552,6 @@ macro_rules! on_both_stores {
         }
     };
 }
-#[allow(unused_imports)]
 pub(crate) use on_both_stores;
 
 impl Replicas {
