@@ -16,7 +16,7 @@ use super::{
     service::{LeaseServiceImpl, ResponseStream},
 };
 use crate::{
-    error::{Error, Result},
+    error::{Error, Refusal, Result},
     lease::{
         LeaseStore, Limits, RenewOutcome,
         limits::{parse_lease_id, parse_name},
@@ -146,7 +146,7 @@ async fn renew_one(
     authorize_stream(access, Operation::Renew, &name)?;
     // Refused before the store is asked, so that a refused renewal extends nothing.
     if !held.has_room_for(&name) {
-        return Err(Error::Refused(crate::lease::Refusal::RenewStreamFull {
+        return Err(Error::Refused(Refusal::RenewStreamFull {
             limit: held.limit(),
         }));
     }

@@ -24,9 +24,9 @@ use serde_json::{Value, json};
 use tonic::{Code, Status, metadata::MetadataValue, transport::server::TcpConnectInfo};
 
 use super::{Body, Console, json as to_json, response, whole};
-use crate::{error::Error, lease::Refusal};
 use crate::{
-    lease::limits::parse_name,
+    error::Error,
+    lease::{Refusal, limits::parse_name},
     proto::{
         DescribeRequest, ListRequest, RevokeRequest, WatchRequest,
         lease_admin_service_server::LeaseAdminService, lease_service_server::LeaseService,

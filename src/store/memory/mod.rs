@@ -17,7 +17,7 @@ use super::{from_hex, invalid_page_token, to_hex};
 #[cfg(test)]
 use crate::lease::Replica;
 use crate::{
-    error::{Error, Result},
+    error::{Error, Refusal, Result},
     lease::{
         AcquireOutcome, Caller, ChangeCause, DescribedLease, Description, LeaseGone, LeaseId,
         LeaseName, LeasePage, LeaseStore, ListPrefix, Occupancy, QueueEntry, QueueStatus,
@@ -319,7 +319,7 @@ impl LeaseStore for MemoryStore {
             }));
         };
         if caller.is_refused_by(&lease.made_by) {
-            return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller));
+            return Err(Error::Refused(Refusal::MadeByAnotherCaller));
         }
         if let Some(ttl) = ttl {
             lease.ttl = ttl;
@@ -354,7 +354,7 @@ impl LeaseStore for MemoryStore {
                 return Ok(false);
             };
             if caller.is_refused_by(&permits.taken[index].made_by) {
-                return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller));
+                return Err(Error::Refused(Refusal::MadeByAnotherCaller));
             }
             let released = permits.taken.swap_remove(index);
             if released.own_id || permits.limit > 1 || permits.shared {

@@ -14,7 +14,7 @@ use super::{
     replies::{HOLDER_FIELDS, OCCUPANCY_FIELDS},
 };
 use crate::{
-    error::{Error, Result},
+    error::{Error, Refusal, Result},
     lease::{
         AcquireOutcome, Caller, Description, ENDED_LEASE_ID_KEPT, LeaseGone, LeaseId, LeaseName,
         LeasePage, LeaseStore, ListPrefix, QueueEntry, QueueStatus, QueueStore, RenewOutcome,
@@ -115,7 +115,7 @@ impl LeaseStore for RedisStore {
             )
             .await?;
         if reply.int(0)? == 2 {
-            return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller));
+            return Err(Error::Refused(Refusal::MadeByAnotherCaller));
         }
         if reply.int(0)? == 1 {
             let renewed = RenewOutcome::Renewed {
@@ -404,7 +404,7 @@ impl RedisStore {
             .await?;
         match reply.int(0)? {
             1 => {}
-            2 => return Err(Error::Refused(crate::lease::Refusal::MadeByAnotherCaller)),
+            2 => return Err(Error::Refused(Refusal::MadeByAnotherCaller)),
             // 0: not held; 3: an unconfirmed grant that another call was answered, left held.
             _ => return Ok(false),
         }
