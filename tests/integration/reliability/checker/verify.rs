@@ -415,7 +415,8 @@ impl Checker {
                         ));
                     }
                     // tonic answers CANCELLED when a call's deadline passes on the server; the
-                    // client's own timeout comes a second after that deadline.
+                    // client's own timeout comes a second after that deadline. (A call its
+                    // connection closed under is recorded as UNAVAILABLE: `failure_code`.)
                     if matches!(code, Code::DeadlineExceeded | Code::Cancelled) {
                         report.violations.push(format!(
                             "{rpc} to replica {replica}, sent at {sent:?}, failed {code:?} at \
