@@ -241,30 +241,40 @@ impl Layout {
 /// Checks the layout after every connection of a client of `pool` (fred reports the first
 /// connection too), retrying until Redis answers; while it is unreadable, every
 /// [`UNREADABLE_RECHECK_INTERVAL`] as well.
-pub(super) async fn follow_layout(pool: Pool, layout: Arc<Layout>) {
+///
+/// It listens for connections when called, not when its task first runs: a task spawned just
+/// before `connect_pool` may first run after the connection on a busy runtime, and would then
+/// miss it and leave the startup check waiting for a verdict that never comes (seen in CI).
+pub(super) fn follow_layout(pool: Pool, layout: Arc<Layout>) -> impl Future<Output = ()> {
     let mut connections = stream::select_all(
         pool.clients()
             .iter()
             .map(|client| BroadcastStream::new(client.reconnect_rx())),
     );
-    loop {
-        let check_now = match layout.is_unreadable() {
-            true => tokio::select! {
-                connected = connections.next() => connected.is_some(),
-                _ = tokio::time::sleep(UNREADABLE_RECHECK_INTERVAL) => true,
-            },
-            false => connections.next().await.is_some(),
-        };
-        if !check_now {
-            return;
-        }
-        // The clients of the pool reconnect together: one check for all of them.
-        while let Some(Some(_)) = connections.next().now_or_never() {}
-        while let Err(error) = layout.check(pool.next()).await {
-            if let Some(suppressed) = CHECK_FAILED.admit() {
-                tracing::warn!(suppressed, %error, "cannot read Redis's layout version; retrying");
+    async move {
+        loop {
+            let check_now = match layout.is_unreadable() {
+                true => tokio::select! {
+                    connected = connections.next() => connected.is_some(),
+                    _ = tokio::time::sleep(UNREADABLE_RECHECK_INTERVAL) => true,
+                },
+                false => connections.next().await.is_some(),
+            };
+            if !check_now {
+                return;
             }
-            tokio::time::sleep(RETRY_DELAY).await;
+            // The clients of the pool reconnect together: one check for all of them.
+            while let Some(Some(_)) = connections.next().now_or_never() {}
+            while let Err(error) = layout.check(pool.next()).await {
+                if let Some(suppressed) = CHECK_FAILED.admit() {
+                    tracing::warn!(
+                        suppressed,
+                        %error,
+                        "cannot read Redis's layout version; retrying"
+                    );
+                }
+                tokio::time::sleep(RETRY_DELAY).await;
+            }
         }
     }
 }

@@ -198,7 +198,9 @@ impl RedisStore {
                 subscriber.clone(),
             )));
         }
-        // The tasks above exist before the first connection, so none of its events is missed.
+        // The layout check must see the first connection: `follow_layout` listened for it when
+        // called above. (The other tasks listen when they first run, which may be after it; a
+        // first connection has no subscriptions to restore and no names to re-read.)
         drop(pool.connect_pool());
         drop(subscriber.connect());
         drop(heartbeat.connect());

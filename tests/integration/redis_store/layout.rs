@@ -10,6 +10,12 @@ use tonic::Code;
 
 const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
 
+/// The startup layout check waits for Redis's answer as long as the Redis timeout, then serves
+/// and checks once Redis answers (a Redis down at startup is not fatal). These tests assert what
+/// the startup check did, so they give a loaded machine longer than the harness's 1 s; Redis here
+/// is healthy, so the longer wait costs nothing when all is well.
+const STARTUP_REDIS_TIMEOUT: &str = "10s";
+
 /// A Redis holding a layout newer or older than this binary reads makes `leased serve` exit 1 at
 /// startup with a message naming the layout and what to do; another `--key-prefix` on the same
 /// Redis starts.
@@ -19,6 +25,7 @@ async fn a_layout_this_binary_cannot_read_refuses_the_start() {
     assert_eq!(redis.command(&["SET", "leased:layout", "99"]), "+OK");
     let (status, stderr) = LeasedProcess::serve()
         .redis(&redis.url())
+        .redis_timeout(STARTUP_REDIS_TIMEOUT)
         .run_to_exit(Duration::from_secs(20));
     assert_eq!(status.code(), Some(1), "{stderr}");
     for expected in [
@@ -33,6 +40,7 @@ async fn a_layout_this_binary_cannot_read_refuses_the_start() {
     assert_eq!(redis.command(&["SET", "leased:layout", "0"]), "+OK");
     let (status, stderr) = LeasedProcess::serve()
         .redis(&redis.url())
+        .redis_timeout(STARTUP_REDIS_TIMEOUT)
         .run_to_exit(Duration::from_secs(20));
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
@@ -42,6 +50,7 @@ async fn a_layout_this_binary_cannot_read_refuses_the_start() {
 
     LeasedProcess::serve()
         .redis(&redis.url())
+        .redis_timeout(STARTUP_REDIS_TIMEOUT)
         .args(["--key-prefix", "other:"])
         .start()
         .await;
@@ -53,7 +62,11 @@ async fn a_layout_this_binary_cannot_read_refuses_the_start() {
 async fn a_fresh_redis_records_layout_1() {
     let redis = RedisServer::start();
     assert_eq!(redis.command(&["EXISTS", "leased:layout"]), ":0");
-    let _server = LeasedProcess::serve().redis(&redis.url()).start().await;
+    let _server = LeasedProcess::serve()
+        .redis(&redis.url())
+        .redis_timeout(STARTUP_REDIS_TIMEOUT)
+        .start()
+        .await;
     assert_eq!(redis.command(&["GET", "leased:layout"]), "1");
 }
 
