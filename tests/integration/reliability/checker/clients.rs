@@ -389,16 +389,15 @@ async fn attempt(
 }
 
 /// The code a failed call is judged by. A call the connection closed under before any answer is
-/// cancelled by the client's own HTTP/2 layer (hyper's "operation was canceled", caused by
-/// "connection closed"), which tonic reports as CANCELLED, the code the server's deadline also
-/// produces. It is a lost connection (UNAVAILABLE in gRPC's terms), allowed when a replica is
-/// killed, and not the missed deadline a server's CANCELLED means. (Seen in CI: a Release sent
-/// 5 ms after its replica was killed failed so 1 ms later.)
+/// cancelled by the client's own HTTP/2 layer (hyper's "operation was canceled"), which tonic
+/// reports as CANCELLED, the code the server's deadline also produces. It is a lost connection
+/// (UNAVAILABLE in gRPC's terms), allowed when a replica is killed, and not the missed deadline a
+/// server's CANCELLED means. Told apart as the client's `is_cut_off` does: a status tonic made of
+/// a transport error carries that error as its source, one the server sent never does. (Seen in
+/// CI: a Release sent 5 ms after its replica was killed failed so 1 ms later.)
 fn failure_code(status: &Status) -> Code {
     match status.code() {
-        Code::Cancelled if status.message().starts_with("operation was canceled") => {
-            Code::Unavailable
-        }
+        Code::Cancelled if std::error::Error::source(status).is_some() => Code::Unavailable,
         code => code,
     }
 }
