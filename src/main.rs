@@ -65,13 +65,19 @@ async fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat, default_level: &str, traces: Option<&TraceExport>) {
     let rust_log = std::env::var("RUST_LOG").ok();
-    let filter = EnvFilter::try_new(log_filter(rust_log.as_deref(), default_level))
-        .unwrap_or_else(|_| EnvFilter::new(log_filter(None, default_level)));
+    let exporting = traces.is_some();
+    let filter = EnvFilter::try_new(log_filter(rust_log.as_deref(), default_level, exporting))
+        .unwrap_or_else(|_| EnvFilter::new(log_filter(None, default_level, exporting)));
     // The RPCs' trace spans are for the OTLP layer alone: never formatted into log lines,
-    // whatever RUST_LOG enables. Without that layer nothing wants them, so they are disabled at
-    // their callsites.
+    // whatever RUST_LOG enables. Without that layer the global filter turns them off
+    // (`log_filter`), so they are disabled at their callsites: a per-layer filter alone would
+    // leave them checked, and built, on every call.
+    // Its default is RUST_LOG's most verbose level, not TRACE: the subscriber's level hint is
+    // the largest of its filters', and it sets the `log` crate's static maximum, so a TRACE here
+    // would send every `log::trace!` of a library (fred logs through `log`) to the filter at run
+    // time, on every Redis call.
     let not_traces = Targets::new()
-        .with_default(LevelFilter::TRACE)
+        .with_default(filter.max_level_hint().unwrap_or(LevelFilter::TRACE))
         .with_target(SPAN_TARGET, LevelFilter::OFF);
     let colour = log_colour(
         std::io::stderr().is_terminal(),
@@ -92,17 +98,24 @@ fn init_logging(format: LogFormat, default_level: &str, traces: Option<&TraceExp
     // A global filter that rejects clears the state instead. The one per-layer filter left,
     // the log layer's `not_traces`, rejects only trace spans; nothing asks about those at run
     // time (telemetry::store_span explains).
-    tracing_subscriber::registry()
+    let subscriber = tracing_subscriber::registry()
         .with(filter)
-        .with(log_lines.with_filter(not_traces))
-        .with(traces.map(TraceExport::layer))
-        .init();
+        .with(log_lines.with_filter(not_traces));
+    // Not `.with(Option<layer>)`: a `None` layer answers "always" for every call site, and
+    // above a per-layer filter that turns each call site RUST_LOG disables into one checked at
+    // run time, so every `trace!` of h2 went through the filter, on every frame (about 5 % of
+    // the server's CPU on `grpc_cycle@64`), and the trace spans were built to be dropped.
+    match traces {
+        Some(traces) => subscriber.with(traces.layer()).init(),
+        None => subscriber.init(),
+    }
 }
 
 /// RUST_LOG (or `default_level` when it is unset or empty), with [`NOISY_LIBRARIES`] at `error`
-/// unless it names them, and the trace spans enabled unless it names them: the filter is
-/// global, and whether spans are exported is `--otlp-endpoint`'s to say, not the log level's.
-fn log_filter(rust_log: Option<&str>, default_level: &str) -> String {
+/// unless it names them, and the trace spans on when `exporting` and off otherwise, unless it
+/// names them: the filter is global, and whether spans are made is `--otlp-endpoint`'s to say,
+/// not the log level's.
+fn log_filter(rust_log: Option<&str>, default_level: &str, exporting: bool) -> String {
     let mut filter = rust_log
         .filter(|directives| !directives.trim().is_empty())
         .unwrap_or(default_level)
@@ -113,7 +126,8 @@ fn log_filter(rust_log: Option<&str>, default_level: &str) -> String {
         }
     }
     if !filter.contains(SPAN_TARGET) {
-        filter.push_str(&format!(",{SPAN_TARGET}=info"));
+        let level = if exporting { "info" } else { "off" };
+        filter.push_str(&format!(",{SPAN_TARGET}={level}"));
     }
     filter
 }
@@ -128,29 +142,37 @@ fn log_colour(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
 mod tests {
     use super::*;
 
-    /// The noisy libraries stay at error, and the trace spans on (for the OTLP layer), whatever
-    /// level RUST_LOG sets, unless it names them.
+    /// The noisy libraries stay at error, and the trace spans on while exporting (for the OTLP
+    /// layer) and off otherwise, whatever level RUST_LOG sets, unless it names them.
     #[test]
-    fn h2_and_rustls_stay_quiet_and_trace_spans_on_unless_named() {
+    fn h2_and_rustls_stay_quiet_and_trace_spans_follow_the_export_unless_named() {
         const TRACES: &str = ",leased::traces=info";
         assert_eq!(
-            log_filter(None, "info"),
+            log_filter(None, "info", false),
+            "info,h2=error,rustls=error,leased::traces=off"
+        );
+        assert_eq!(
+            log_filter(Some("debug"), "info", false),
+            "debug,h2=error,rustls=error,leased::traces=off"
+        );
+        assert_eq!(
+            log_filter(None, "info", true),
             format!("info,h2=error,rustls=error{TRACES}")
         );
         assert_eq!(
-            log_filter(Some(""), "warn"),
+            log_filter(Some(""), "warn", true),
             format!("warn,h2=error,rustls=error{TRACES}")
         );
         assert_eq!(
-            log_filter(Some("debug"), "info"),
+            log_filter(Some("debug"), "info", true),
             format!("debug,h2=error,rustls=error{TRACES}")
         );
         assert_eq!(
-            log_filter(Some("info,h2=debug"), "info"),
+            log_filter(Some("info,h2=debug"), "info", true),
             format!("info,h2=debug,rustls=error{TRACES}")
         );
         assert_eq!(
-            log_filter(Some("warn,leased::traces=off"), "info"),
+            log_filter(Some("warn,leased::traces=off"), "info", true),
             "warn,leased::traces=off,h2=error,rustls=error"
         );
     }

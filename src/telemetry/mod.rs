@@ -9,7 +9,9 @@
 //! installed) the handlers pay nothing; and it follows the code across `.await` and into the
 //! waiting Acquire's task with `Instrument`, so a store call finds its RPC's span as its parent
 //! without a context threaded through the core. The target keeps them out of the logs: the log
-//! layer filters it out whatever `RUST_LOG` says, and the OTLP layer takes nothing else.
+//! layer filters it out whatever `RUST_LOG` says, and the OTLP layer takes nothing else. Without
+//! that layer the global filter turns the target off (main.rs), which is what makes the callsite
+//! check answer "never": a per-layer filter's "no" alone is asked again on every span.
 //!
 //! A lease id is never a field of these spans: it is the holder's secret (whoever knows it may
 //! release or renew the lease). Names, holders and fencing tokens are not secrets.
