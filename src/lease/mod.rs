@@ -51,17 +51,19 @@ impl fmt::Display for LeaseName {
     }
 }
 
-/// The holder's secret for one grant: 128 random bits from the OS CSPRNG, hex-encoded.
+/// The holder's secret for one grant: 128 random bits from a CSPRNG, hex-encoded.
 ///
 /// `Debug` and `Display` are redacted so that a lease id can never reach a log line by accident.
 #[derive(Clone, PartialEq, Eq)]
 pub struct LeaseId(String);
 
 impl LeaseId {
-    /// A fresh, unguessable lease id.
+    /// A fresh, unguessable lease id, from `rand`'s thread-local CSPRNG (ChaCha12, seeded from
+    /// the OS and reseeded every 64 KiB of output): the OS's generator directly would cost a
+    /// system call per grant.
     pub fn generate() -> Self {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).expect("the OS random number generator is unavailable");
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
         LeaseId(hex(&bytes))
     }
 
