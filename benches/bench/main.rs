@@ -250,7 +250,11 @@ async fn run(args: Args) -> BenchResult<bool> {
         false => Duration::from_secs(600),
     };
     if let Some(path) = &args.leased_bin {
-        procs::LEASED_BIN.set(path.clone()).expect("set once");
+        // A relative path is taken from the working directory (cargo runs the bench in the
+        // package's root; `scripts/bench.sh` makes it absolute from where it was run).
+        let path = std::fs::canonicalize(path)
+            .map_err(|e| format!("--leased-bin {}: {e}", path.display()))?;
+        procs::LEASED_BIN.set(path).expect("set once");
     }
     if cfg!(debug_assertions) {
         eprintln!(
