@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark command (CONTRIBUTING.md, "Benchmarks"; the scenarios and figures:
 # docs/src/performance.md): installs what the benchmarks need when it is
-# missing (redis-server and redis-benchmark, etcd for the etcd peer, the project venv with redis-py),
+# missing (redis-server and redis-benchmark, etcd for the etcd peer, strace for the `syscalls`
+# scenario, the project venv with redis-py),
 # then runs every scenario in release mode. Arguments go to the bench: `--quick` for the short CI
 # run, `--only grpc_cycle,handoff` for some scenarios. Results: the Markdown tables on stdout and
 # target/bench/report.json.
@@ -69,6 +70,8 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-benchmark >/dev/null || missing+=(redis-tools)
 command -v etcd >/dev/null || missing+=(etcd-server)
+# The cost guard's `syscalls` scenario (scripts/cost-guard.sh) counts system calls with strace.
+command -v strace >/dev/null || missing+=(strace)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} from Debian" >&2
   as_root apt-get update -qq
