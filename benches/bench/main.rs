@@ -30,6 +30,7 @@
 //! - [`fenced_write`]: what fencing costs a write to PostgreSQL and to Redis as the resource,
 //!   against the same write without the token, in turns.
 //! - [`redis_calls`]: Redis calls per grant, release, hand-over and watched change.
+//! - [`syscalls`]: system calls of the server per grant cycle (`strace -c`), for the cost guard.
 //! - [`commandstats`]: Redis calls as `INFO commandstats` counts them.
 //! - [`etcd`], [`peers`]: etcd's lock service, `SET NX PX`, redis-py's `Lock`.
 //! - [`scenarios`]: each scenario's setup, as `run` calls it.
@@ -56,6 +57,7 @@ mod redis_calls;
 mod report;
 mod scale;
 mod scenarios;
+mod syscalls;
 mod tracing_cost;
 mod workload;
 
@@ -248,7 +250,11 @@ async fn run(args: Args) -> BenchResult<bool> {
         false => Duration::from_secs(600),
     };
     if let Some(path) = &args.leased_bin {
-        procs::LEASED_BIN.set(path.clone()).expect("set once");
+        // A relative path is taken from the working directory (cargo runs the bench in the
+        // package's root; `scripts/bench.sh` makes it absolute from where it was run).
+        let path = std::fs::canonicalize(path)
+            .map_err(|e| format!("--leased-bin {}: {e}", path.display()))?;
+        procs::LEASED_BIN.set(path).expect("set once");
     }
     if cfg!(debug_assertions) {
         eprintln!(
@@ -305,6 +311,12 @@ async fn run(args: Args) -> BenchResult<bool> {
     scenario!("watch_fanout", watch_fanout(&run));
     scenario!("idle_waiting", idle_waiting(&run));
     scenario!("redis_calls", redis_calls(&run));
+    // Not in --quick unless named: scripts/cost-guard.sh runs it in CI (strace, 17 s).
+    if run.wants_beyond_quick("syscalls") {
+        let leased_args = run.leased_args();
+        let work = syscalls::syscalls(&leased_args, &run.args.server_log);
+        rows.extend(scenario("syscalls", scenario_limit, work).await);
+    }
     scenario!(
         "fenced_write_postgres",
         fenced_write::fenced_write_postgres(&run)

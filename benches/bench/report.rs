@@ -297,6 +297,9 @@ pub(crate) fn report(
     if let Some(table) = crate::redis_calls::table(rows) {
         tables.insert("redis_calls".into(), json!(table));
     }
+    if let Some(table) = crate::syscalls::table(rows) {
+        tables.insert("syscalls".into(), json!(table));
+    }
     Ok(json!({
         "quick": run.args.quick,
         // What ran: `--only`, `--callers` and `--seconds` make a partial report.
@@ -389,6 +392,12 @@ pub(crate) fn tables(
         writeln!(
             out,
             "\nRedis calls per operation (INFO commandstats, scripts' commands included)\n\n{table}"
+        )?;
+    }
+    if let Some(table) = crate::syscalls::table(rows) {
+        writeln!(
+            out,
+            "\nSystem calls of the server per grant cycle (strace -c -f, the idle rate taken out)\n\n{table}"
         )?;
     }
     writeln!(out)?;
