@@ -164,7 +164,8 @@ impl Library {
             .await
         {
             Err(error) if error.details().contains(NOT_LOADED) => {
-                self.load(client, loads_before).await?;
+                // Boxed, as is rare: the common call's future need not make room for it.
+                Box::pin(self.load(client, loads_before)).await?;
                 client.fcall(function.as_str(), keys, args).await
             }
             reply => reply,

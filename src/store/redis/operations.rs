@@ -425,7 +425,9 @@ impl RedisStore {
     async fn is_alive(&self, name: &LeaseName, replica: &str) -> Result<bool> {
         let key = heartbeat_key(&self.key_prefix, replica);
         let started = std::time::Instant::now();
-        let exists = self.pool.next().exists::<i64, _>(key).await;
+        // Boxed: fred's future is several KiB, and every waiting caller's future (through
+        // `unstall`) would otherwise make room for it.
+        let exists = Box::pin(self.pool.next().exists::<i64, _>(key)).await;
         metrics().record_store("heartbeat_check", started.elapsed(), exists.is_err());
         match exists {
             Ok(count) => Ok(count > 0),

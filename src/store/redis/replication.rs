@@ -78,6 +78,20 @@ impl RedisStore {
         let Connections(Some(before)) = before else {
             return Ok(());
         };
+        // Boxed: fred's WAIT future is several KiB, and every grant's and renewal's future would
+        // otherwise make room for it, and be moved with it, even when nothing waits for replicas.
+        Box::pin(self.wait_for_replicas(client, before, name, what)).await
+    }
+
+    /// [`confirm_on_replicas`](Self::confirm_on_replicas) once there are replicas to wait for:
+    /// `before` is the client's connections when it ran the script.
+    async fn wait_for_replicas(
+        &self,
+        client: &Client,
+        before: HashMap<Server, i64>,
+        name: &LeaseName,
+        what: Confirmed,
+    ) -> Result<()> {
         let ReplicaWait { replicas, timeout } = self.wait_for_replicas;
         let slot = redis_keyslot(LeaseKeys::new(&self.key_prefix, name).lease.as_bytes());
         let options = Options {
