@@ -71,7 +71,7 @@ fn reply_parsing(bencher: Bencher, reply: fn() -> Value) {
         .bench_values(|reply| parse_acquire_reply(&name, &lease_id, 1024, reply).expect("parsed"));
 }
 
-/// `{1, token, ttl_ms, expires_at_ms}`: a grant.
+/// `{1, token, ttl_ms, expires_at_ms, again}`: a grant this call made.
 #[divan::bench]
 fn granted_reply_parsing(bencher: Bencher) {
     reply_parsing(bencher, || {
@@ -80,12 +80,15 @@ fn granted_reply_parsing(bencher: Bencher) {
             Value::Integer(1_764_000_000_000_000),
             Value::Integer(10_000),
             Value::Integer(1_764_000_010_000),
+            Value::Integer(0),
+            Value::Integer(0),
+            Value::Integer(0),
         ])
     });
 }
 
 /// `{0, position, taken, limit, held, holder, token, remaining_ms, expires_at_ms,
-/// lock_delay_ms}`: busy, with who holds it.
+/// lock_delay_ms, shared, due}`: busy, with who holds it (acquire.lua's header).
 #[divan::bench]
 fn busy_reply_parsing(bencher: Bencher) {
     reply_parsing(bencher, || {
@@ -99,6 +102,8 @@ fn busy_reply_parsing(bencher: Bencher) {
             Value::Integer(1_764_000_000_000_000),
             Value::Integer(8_500),
             Value::Integer(1_764_000_010_000),
+            Value::Integer(0),
+            Value::Integer(0),
             Value::Integer(0),
         ])
     });

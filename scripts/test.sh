@@ -67,6 +67,10 @@ took "the book"
 
 cargo test --locked
 took "cargo test (with its build)"
+# The micro-benchmarks of the grant path run once each (divan's test mode), so that a change to a
+# reply's shape cannot leave them panicking unnoticed, as it once did.
+cargo test --locked --bench hot_paths
+took "the hot_paths benches, once each"
 .venv/bin/pytest -q tests/python
 took "pytest tests/python"
 for language in python go java node; do
