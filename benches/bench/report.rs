@@ -39,9 +39,9 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
         });
     };
     turn_target(
-        "grpc_cycle@64 ≥ 0.5 × redis_direct@64",
+        "grpc_cycle@64 ≥ 0.45 × redis_direct@64",
         "redis_direct@64",
-        0.5,
+        0.45,
     );
     turn_target(
         "grpc_renew ≥ 0.5 × redis_direct_renew@64",
@@ -57,9 +57,9 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
     // The server's CPU per acquire + release, as the row's CPU column reports it.
     for (name, row, budget_us) in [
         (
-            "leased CPU per grpc_cycle@64 ≤ 90 µs",
+            "leased CPU per grpc_cycle@64 ≤ 65 µs",
             "grpc_cycle@64",
-            90.0,
+            65.0,
         ),
         (
             "leased CPU per grpc_cycle@1 ≤ 200 µs",
@@ -82,7 +82,7 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
     }
     let handoff = find(rows, "handoff@1");
     for (name, quantile, goal) in [
-        ("handoff@1 p50 ≤ 1 ms", handoff.map(|row| row.p50_ms), 1.0),
+        ("handoff@1 p50 ≤ 0.45 ms", handoff.map(|row| row.p50_ms), 0.45),
         ("handoff@1 p99 ≤ 5 ms", handoff.map(|row| row.p99_ms), 5.0),
     ] {
         targets.push(Target {
