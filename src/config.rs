@@ -169,6 +169,12 @@ pub struct ServeConfig {
     /// nothing is recorded.
     #[arg(long, env = "LEASED_OTLP_ENDPOINT", value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+
+    /// With --otlp-endpoint, the share of RPCs traced, from 0.0 to 1.0 (head sampling, decided
+    /// before the span is made: an RPC left out costs no span). A caller's W3C `traceparent` on
+    /// an authenticated call decides instead: traced if its sampled flag is set, not otherwise.
+    #[arg(long, env = "LEASED_OTLP_SAMPLE_RATIO", value_name = "RATIO", default_value_t = 1.0, value_parser = sample_ratio)]
+    pub otlp_sample_ratio: f64,
 }
 
 /// How log lines are written.
@@ -193,6 +199,14 @@ impl ServeConfig {
         }
         let args = std::iter::once(OsString::from("serve")).chain(args.into_iter().map(Into::into));
         Ok(<Serve as clap::Parser>::try_parse_from(args)?.config)
+    }
+}
+
+/// `--otlp-sample-ratio`: a number from 0 to 1.
+fn sample_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err("a ratio from 0.0 to 1.0 (0.1: one RPC in ten traced)".to_owned()),
     }
 }
 
@@ -434,6 +448,28 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(error.contains("--metrics-host"), "{refused}: {error}");
+        }
+    }
+
+    /// `--otlp-sample-ratio` (or `LEASED_OTLP_SAMPLE_RATIO`) is 1 unless set, and a number from 0
+    /// to 1: anything else is refused with the flag named.
+    #[test]
+    fn the_sample_ratio_is_a_number_from_0_to_1() {
+        assert_eq!(
+            ServeConfig::from_args::<_, &str>([])
+                .unwrap()
+                .otlp_sample_ratio,
+            1.0
+        );
+        for (given, ratio) in [("0", 0.0), ("0.1", 0.1), ("1", 1.0), ("1.0", 1.0)] {
+            let config = ServeConfig::from_args(["--otlp-sample-ratio", given]).unwrap();
+            assert_eq!(config.otlp_sample_ratio, ratio);
+        }
+        for refused in ["-0.1", "1.5", "NaN", "inf", "", "ten percent"] {
+            let error = ServeConfig::from_args([format!("--otlp-sample-ratio={refused}")])
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("--otlp-sample-ratio"), "{refused}: {error}");
         }
     }
 

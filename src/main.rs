@@ -31,7 +31,10 @@ async fn main() -> ExitCode {
         Command::Serve(config) => {
             // The trace export is a layer of the logging's subscriber, so it starts first; a bad
             // endpoint is reported once logging is up.
-            let traces = config.otlp_endpoint.as_deref().map(TraceExport::start);
+            let traces = config
+                .otlp_endpoint
+                .as_deref()
+                .map(|endpoint| TraceExport::start(endpoint, config.otlp_sample_ratio));
             init_logging(
                 config.log_format,
                 "info",

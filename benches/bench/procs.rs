@@ -183,28 +183,10 @@ pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
         ("logFormat", "LEASED_LOG_FORMAT"),
         ("logLevel", "RUST_LOG"),
     ];
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/helm/leased/values.yaml");
-    let values = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    // The block's settings are the lines indented by two spaces after `config:`, up to the next
-    // top-level line; comments and blank lines aside.
-    let block = values
-        .lines()
-        .skip_while(|line| *line != "config:")
-        .skip(1)
-        .take_while(|line| line.is_empty() || line.starts_with(' ') || line.starts_with('#'));
+    let (path, values) = helm_values()?;
     let mut config = Vec::new();
     let mut found = 0;
-    for line in block {
-        let Some(setting) = line.strip_prefix("  ") else {
-            continue;
-        };
-        let Some((key, value)) = setting.split_once(": ") else {
-            continue;
-        };
-        if key.starts_with([' ', '#']) {
-            continue;
-        }
-        let value = value.trim().trim_matches('"');
+    for (key, value) in helm_block(&values, "config") {
         let (_, variable) = VARIABLES
             .iter()
             .find(|(name, _)| *name == key)
@@ -228,4 +210,41 @@ pub fn helm_config() -> BenchResult<Vec<(String, String)>> {
         .into());
     }
     Ok(config)
+}
+
+/// The chart's `tracing.sampleRatio` (`LEASED_OTLP_SAMPLE_RATIO` when tracing is on), so that
+/// `tracing_cost` traces the share of RPCs that a deployment of the chart does.
+pub fn helm_sample_ratio() -> BenchResult<String> {
+    let (path, values) = helm_values()?;
+    let ratio = helm_block(&values, "tracing")
+        .find(|(key, _)| *key == "sampleRatio")
+        .map(|(_, value)| value.to_owned())
+        .ok_or_else(|| format!("{path}: no tracing.sampleRatio"))?;
+    ratio
+        .parse::<f64>()
+        .map_err(|e| format!("{path}: tracing.sampleRatio {ratio:?}: {e}"))?;
+    Ok(ratio)
+}
+
+/// `helm/leased/values.yaml`: its path and text.
+fn helm_values() -> BenchResult<(&'static str, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/helm/leased/values.yaml");
+    let values = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    Ok((path, values))
+}
+
+/// The settings of the top-level block `name` of the chart's values, as (key, value) with the
+/// value unquoted: the lines indented by two spaces after `name:`, up to the next top-level
+/// line; comments, blank lines and deeper lines aside.
+fn helm_block<'a>(values: &'a str, name: &str) -> impl Iterator<Item = (&'a str, &'a str)> {
+    let header = format!("{name}:");
+    values
+        .lines()
+        .skip_while(move |line| *line != header)
+        .skip(1)
+        .take_while(|line| line.is_empty() || line.starts_with(' ') || line.starts_with('#'))
+        .filter_map(|line| {
+            let (key, value) = line.strip_prefix("  ")?.split_once(": ")?;
+            (!key.starts_with([' ', '#'])).then(|| (key, value.trim().trim_matches('"')))
+        })
 }

@@ -80,6 +80,15 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
             met: cpu.map(|us| us <= budget_us),
         });
     }
+    // Tracing on as the chart deploys it (its sample ratio), against tracing off, in turns.
+    let tracing = find(rows, "grpc_cycle_tracing_on@64")
+        .and_then(|row| row.extra.get("overhead_percent")?.as_f64());
+    targets.push(Target {
+        name: "tracing_cost overhead ≤ 5 % (grpc_cycle_tracing_on@64, the chart's sample ratio)",
+        measured: tracing,
+        text: tracing.map_or("not measured".into(), |percent| format!("{percent:.1} %")),
+        met: tracing.map(|percent| percent <= 5.0),
+    });
     let handoff = find(rows, "handoff@1");
     for (name, quantile, goal) in [
         ("handoff@1 p50 ≤ 0.45 ms", handoff.map(|row| row.p50_ms), 0.45),

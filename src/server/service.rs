@@ -87,20 +87,18 @@ pub(super) fn authenticate<T>(
     }
 }
 
-/// The span of an RPC of `service`, and who is calling ([`authenticate`]). The span continues
-/// the caller's trace only when the call is authenticated.
+/// The span of an RPC of `service` (none if it is not sampled), and who is calling
+/// ([`authenticate`]). The caller's trace context is read (to continue its trace, and to trace
+/// the call or not by its sampled flag) only when the call is authenticated.
 pub(super) fn traced_call<T>(
     auth: &Option<Arc<Authenticator>>,
     service: &'static str,
     method: &'static str,
     request: &Request<T>,
 ) -> (Span, crate::error::Result<Option<Principal>>) {
-    let span = rpc_span(service, method);
     let principal = authenticate(auth, request);
-    if principal.is_ok() {
-        telemetry::continue_callers_trace(&span, request.metadata());
-    }
-    (span, principal)
+    let callers = principal.is_ok().then(|| request.metadata());
+    (rpc_span(service, method, callers), principal)
 }
 
 /// Allows `operation` on `name` for `principal` (always, when access control is off).

@@ -55,9 +55,10 @@ pub struct TraceExport {
 
 impl TraceExport {
     /// Checks `endpoint` (`--otlp-endpoint`) and starts the export task; the connection is made
-    /// at the first export, so an absent collector does not stop the server. Must run inside
-    /// the tokio runtime.
-    pub fn start(endpoint: &str) -> Result<Self, StartupError> {
+    /// at the first export, so an absent collector does not stop the server. From then on the
+    /// RPCs of this process are traced at `sample_ratio` (`--otlp-sample-ratio`, 0 to 1; see
+    /// head sampling in `telemetry`). Must run inside the tokio runtime.
+    pub fn start(endpoint: &str, sample_ratio: f64) -> Result<Self, StartupError> {
         // The exporter's own timeout only bounds its retries: `with_channel` leaves the bound
         // on each attempt to the channel. Without one, a collector that accepts the connection
         // and never answers held the first export (and every span behind it) for minutes.
@@ -87,6 +88,7 @@ impl TraceExport {
             .with_span_processor(QueueSpans { spans })
             .with_resource(resource)
             .build();
+        super::sampling::set_ratio(sample_ratio);
         Ok(TraceExport {
             provider,
             stop,

@@ -1,7 +1,8 @@
 //! Traces of the RPCs, for `leased serve --otlp-endpoint` (docs/src/operations/tracing.md): one
 //! span per RPC of `LeaseService` and `LeaseAdminService` (its lease name and outcome, and for
 //! `Acquire` the time it waited), a child span per store call made for it, and the caller's W3C
-//! `traceparent` continued. [`export`] sends them to an OTLP collector.
+//! `traceparent` continued. [`export`] sends them to an OTLP collector, for the share of RPCs
+//! that `--otlp-sample-ratio` says (head sampling: an RPC left out makes no span at all).
 //!
 //! The spans are `tracing` spans under a target of their own, [`SPAN_TARGET`], rather than
 //! calls to the OpenTelemetry API. A `tracing` span that no layer wants costs one cached
@@ -18,6 +19,7 @@
 
 pub mod export;
 mod parent;
+mod sampling;
 
 use std::time::Duration;
 
@@ -33,11 +35,44 @@ pub const SPAN_TARGET: &str = "leased::traces";
 pub(crate) const LEASE_SERVICE: &str = "lease.v1.LeaseService";
 pub(crate) const ADMIN_SERVICE: &str = "lease.v1.LeaseAdminService";
 
-/// The span of one RPC. Its fields are recorded as the call learns them: the request's
-/// (`lease.name`...) once it is authenticated and they are valid, so that no caller can write
-/// what it likes into the traces, and the outcome last. It ends when dropped, so a stream's span
-/// lasts as long as the stream.
-pub(crate) fn rpc_span(service: &'static str, method: &'static str) -> Span {
+/// The span of one RPC, or [`Span::none()`] when the RPC is not traced (head sampling,
+/// `--otlp-sample-ratio`, decided here before any span is made: its store calls then make none
+/// either). `callers` is the request's metadata when the call is authenticated (every call when
+/// access control is off): a W3C `traceparent` there decides by its sampled flag, and a traced
+/// RPC's span continues the caller's trace as its child; an unknown caller cannot place the
+/// server's spans in a trace of its choosing, nor choose which RPCs are traced.
+///
+/// Its fields are recorded as the call learns them: the request's (`lease.name`...) once it is
+/// authenticated and they are valid, so that no caller can write what it likes into the traces,
+/// and the outcome last. It ends when dropped, so a stream's span lasts as long as the stream.
+pub(crate) fn rpc_span(
+    service: &'static str,
+    method: &'static str,
+    callers: Option<&MetadataMap>,
+) -> Span {
+    let Some(sampler) = sampling::current() else {
+        // No export started here: made as before, disabled where it is made unless a layer of
+        // the embedding program takes the target, and only then the caller's context read.
+        let span = new_rpc_span(service, method);
+        if !span.is_disabled()
+            && let Some(callers) = callers.and_then(parent::callers_context)
+        {
+            parent::continue_trace(&span, callers);
+        }
+        return span;
+    };
+    let callers = callers.and_then(parent::callers_context);
+    if !sampler.sample(callers.as_ref().map(parent::is_sampled)) {
+        return Span::none();
+    }
+    let span = new_rpc_span(service, method);
+    if let Some(callers) = callers {
+        parent::continue_trace(&span, callers);
+    }
+    span
+}
+
+fn new_rpc_span(service: &'static str, method: &'static str) -> Span {
     tracing::info_span!(
         target: SPAN_TARGET,
         "rpc",
@@ -62,26 +97,21 @@ pub(crate) fn rpc_span(service: &'static str, method: &'static str) -> Span {
     )
 }
 
-/// Makes an RPC's `span` a child of the caller's span when the request's metadata carries a W3C
-/// `traceparent`: for authenticated calls only (every call when access control is off), so that
-/// an unknown caller cannot place the server's spans in a trace of its choosing. Before `span`
-/// is first entered.
-pub(crate) fn continue_callers_trace(span: &Span, metadata: &MetadataMap) {
-    if !span.is_disabled() {
-        parent::continue_callers_trace(span, metadata);
-    }
-}
-
 /// Records the lease name of a request, once validated.
 pub(crate) fn record_name(span: &Span, name: &LeaseName) {
     span.record("lease.name", name.as_str());
 }
 
-/// The span of one renewal on a Renew stream (a child of the stream's span): a stream renews
-/// any number of leases, each renewal with its own name (recorded once valid) and outcome.
-pub(crate) fn renewal_span() -> Span {
+/// The span of one renewal on a Renew stream, a child of the stream's span `stream`: a stream
+/// renews any number of leases, each renewal with its own name (recorded once valid) and
+/// outcome. None when the stream is not traced (never a trace of its own).
+pub(crate) fn renewal_span(stream: &Span) -> Span {
+    if stream.is_disabled() {
+        return Span::none();
+    }
     tracing::info_span!(
         target: SPAN_TARGET,
+        parent: stream,
         "renewal",
         otel.name = "renewal",
         lease.name = Empty,

@@ -2,6 +2,7 @@
 //! metadata, so that an RPC's span continues the caller's trace as its child.
 
 use opentelemetry::{
+    Context,
     propagation::{Extractor, TextMapPropagator},
     trace::TraceContextExt,
 };
@@ -10,14 +11,24 @@ use tonic::metadata::{KeyRef, MetadataMap};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// Makes `span` a child of the caller's span named by `metadata`'s `traceparent`, if it names a
-/// valid one (else `span` starts a trace of its own). Call it before `span` is first entered.
-pub(super) fn continue_callers_trace(span: &Span, metadata: &MetadataMap) {
+/// The caller's span named by `metadata`'s `traceparent`, if it names a valid one: its
+/// sampled flag says whether to trace the RPC, and [`continue_trace`] makes the RPC's span its
+/// child. Looks no further when there is no `traceparent` (most calls).
+pub(super) fn callers_context(metadata: &MetadataMap) -> Option<Context> {
+    metadata.get("traceparent")?;
     let callers = TraceContextPropagator::new().extract(&Metadata(metadata));
-    if callers.span().span_context().is_valid() {
-        // Fails only if the span is disabled or already started, and then there is nothing to do.
-        let _ = span.set_parent(callers);
-    }
+    callers.span().span_context().is_valid().then_some(callers)
+}
+
+/// Whether the caller's span sampled its trace (the `traceparent`'s flag `01`).
+pub(super) fn is_sampled(callers: &Context) -> bool {
+    callers.span().span_context().is_sampled()
+}
+
+/// Makes `span` a child of the caller's span. Call it before `span` is first entered.
+pub(super) fn continue_trace(span: &Span, callers: Context) {
+    // Fails only if the span is disabled or already started, and then there is nothing to do.
+    let _ = span.set_parent(callers);
 }
 
 /// gRPC metadata as the propagator reads it: ASCII values only (binary `-bin` keys carry no
@@ -44,8 +55,8 @@ impl Extractor for Metadata<'_> {
 mod tests {
     use super::*;
 
-    /// A valid `traceparent` gives the caller's trace and span ids (and `tracestate`); a
-    /// malformed one gives nothing to continue.
+    /// A valid `traceparent` gives the caller's trace and span ids (and `tracestate`) and its
+    /// sampled flag; a malformed one, or none, gives nothing to continue.
     #[test]
     fn traceparent_and_tracestate_are_read_from_the_metadata() {
         let mut metadata = MetadataMap::new();
@@ -66,8 +77,21 @@ mod tests {
         assert!(caller.is_sampled() && caller.is_remote());
         assert_eq!(caller.trace_state().get("vendor"), Some("value"));
 
+        let callers = callers_context(&metadata).unwrap();
+        assert!(is_sampled(&callers));
+
+        metadata.insert(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+                .parse()
+                .unwrap(),
+        );
+        assert!(!is_sampled(&callers_context(&metadata).unwrap()));
+
         metadata.insert("traceparent", "00-not-a-trace-01".parse().unwrap());
         let callers = TraceContextPropagator::new().extract(&Metadata(&metadata));
         assert!(!callers.span().span_context().is_valid());
+        assert!(callers_context(&metadata).is_none());
+        assert!(callers_context(&MetadataMap::new()).is_none());
     }
 }

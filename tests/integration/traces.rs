@@ -13,7 +13,9 @@
 //! - a call's span carries its request's fields only once the call is authenticated and they
 //!   are valid, and continues the caller's trace only for an authenticated call;
 //! - an `--otlp-endpoint` (or `LEASED_OTLP_ENDPOINT`) that is not an http(s) URL refuses the
-//!   start, naming the flag.
+//!   start, naming the flag;
+//! - at `--otlp-sample-ratio 0`, calls without a sampled caller's `traceparent` export no span,
+//!   and those of a sampled caller are traced whole (issue 48).
 
 use std::{
     net::SocketAddr,
@@ -25,8 +27,8 @@ use crate::common::{
     harness::otlp::{OtlpReceiver, ReceivedSpan},
 };
 use leased::proto::{
-    AcquireRequest, DescribeRequest, Granted, ReleaseRequest, acquire_response,
-    lease_service_client::LeaseServiceClient,
+    AcquireRequest, DescribeRequest, Granted, ReleaseRequest, RenewRequest, acquire_response,
+    lease_service_client::LeaseServiceClient, renew_response,
 };
 use tokio::{io::AsyncReadExt, net::TcpListener, task::JoinSet};
 use tonic::{Code, transport::Channel};
@@ -497,4 +499,146 @@ async fn a_call_traces_its_input_and_its_callers_trace_only_once_authenticated_a
     for part in ["hostile-marker", "[2J"] {
         assert!(!exported.contains(part), "{part} was exported");
     }
+}
+
+/// The caller's trace in which leased's spans are sampled in (flag `01`), and one in which
+/// they are sampled out (flag `00`).
+const SAMPLED_TRACEPARENT: &str = "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902c1-01";
+const UNSAMPLED_TRACEPARENT: &str = "00-6bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902c2-00";
+/// Calls made at ratio 0 without a sampled caller.
+const SAMPLED_OUT_CALLS: usize = 20;
+
+/// `message`, with `traceparent` if any.
+fn with_traceparent<T>(message: T, traceparent: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(traceparent) = traceparent {
+        let metadata = request.metadata_mut();
+        metadata.insert("traceparent", traceparent.parse().unwrap());
+    }
+    request
+}
+
+/// An Acquire of `name` that is granted at once, a Renew stream renewing it once, and a
+/// Release, each with `traceparent` if any.
+async fn acquire_renew_release(
+    client: &mut LeaseServiceClient<Channel>,
+    name: &str,
+    traceparent: Option<&str>,
+) {
+    let request = AcquireRequest {
+        name: name.into(),
+        holder: "sampling-holder".into(),
+        ttl_ms: 30_000,
+        ..Default::default()
+    };
+    let mut stream = client
+        .acquire(with_traceparent(request, traceparent))
+        .await
+        .unwrap()
+        .into_inner();
+    let granted = match stream.message().await.unwrap().and_then(|m| m.result) {
+        Some(acquire_response::Result::Granted(granted)) => granted,
+        other => panic!("{name} was not granted: {other:?}"),
+    };
+    let renewal = RenewRequest {
+        name: name.into(),
+        lease_id: granted.lease_id.clone(),
+        ttl_ms: 30_000,
+    };
+    let renewals = tokio_stream::iter([renewal]);
+    let mut renewed = client
+        .renew(with_traceparent(renewals, traceparent))
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(answer) = renewed.message().await.unwrap() {
+        assert!(
+            matches!(answer.result, Some(renew_response::Result::Renewed(_))),
+            "{answer:?}"
+        );
+    }
+    let release = ReleaseRequest {
+        name: name.into(),
+        lease_id: granted.lease_id,
+    };
+    let released = client.release(with_traceparent(release, traceparent));
+    assert!(released.await.unwrap().into_inner().released);
+}
+
+/// The spans named `name` of the trace `trace_id` (hex).
+fn spans_named<'a>(spans: &'a [ReceivedSpan], trace_id: &str, name: &str) -> Vec<&'a ReceivedSpan> {
+    spans
+        .iter()
+        .filter(|received| hex(&received.span.trace_id) == trace_id && received.span.name == name)
+        .collect()
+}
+
+/// Head sampling (issue 48): at `--otlp-sample-ratio 0`, calls without a caller's trace
+/// context, or with one whose sampled flag is clear, export no span at all (RPC, renewal or
+/// store call); the calls of a caller whose `traceparent` is sampled are traced whole, the
+/// renewals of its Renew stream under the stream's span.
+#[tokio::test]
+async fn at_sample_ratio_0_only_the_calls_of_a_sampled_caller_are_traced() {
+    let receiver = OtlpReceiver::start().await;
+    let server = LeasedProcess::serve()
+        .args([
+            "--otlp-endpoint",
+            &receiver.endpoint(),
+            "--otlp-sample-ratio",
+            "0",
+        ])
+        .start()
+        .await;
+    let mut client = server.client().await;
+    for call in 0..SAMPLED_OUT_CALLS {
+        let traceparent = (call % 2 == 1).then_some(UNSAMPLED_TRACEPARENT);
+        acquire_renew_release(&mut client, &format!("sampled-out-{call}"), traceparent).await;
+    }
+    // Twice the export's batch delay.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.span_count(), 0, "{:#?}", receiver.spans());
+
+    acquire_renew_release(&mut client, "sampled-in", Some(SAMPLED_TRACEPARENT)).await;
+    let trace_id = &SAMPLED_TRACEPARENT[3..35];
+    let rpc_names = [
+        "lease.v1.LeaseService/Acquire",
+        "lease.v1.LeaseService/Renew",
+        "lease.v1.LeaseService/Release",
+    ];
+    let spans = receiver
+        .wait_for(EXPORT_WAIT, |spans| {
+            let complete = rpc_names
+                .iter()
+                .chain(&["renewal"])
+                .all(|name| spans_named(spans, trace_id, name).len() == 1);
+            complete.then(|| spans.to_vec())
+        })
+        .await
+        .unwrap_or_else(|| panic!("the sampled calls were not traced: {:#?}", receiver.spans()));
+    for name in rpc_names {
+        let rpc = spans_named(&spans, trace_id, name)[0];
+        assert_eq!(hex(&rpc.span.parent_span_id), &SAMPLED_TRACEPARENT[36..52]);
+    }
+    let acquire = spans_named(&spans, trace_id, rpc_names[0])[0];
+    assert!(!store_calls(&spans, acquire).is_empty(), "{spans:#?}");
+    let renew = spans_named(&spans, trace_id, rpc_names[1])[0];
+    let renewal = spans_named(&spans, trace_id, "renewal")[0];
+    assert_eq!(renewal.span.parent_span_id, renew.span.span_id);
+    assert_eq!(
+        renewal.attribute("lease.name").as_deref(),
+        Some("sampled-in")
+    );
+    assert_eq!(
+        renewal.attribute("lease.outcome").as_deref(),
+        Some("renewed")
+    );
+    assert!(!store_calls(&spans, renewal).is_empty(), "{spans:#?}");
+    // Nothing else, then or since.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let spans = receiver.spans();
+    let others: Vec<_> = spans
+        .iter()
+        .filter(|received| hex(&received.span.trace_id) != trace_id)
+        .collect();
+    assert!(others.is_empty(), "spans of sampled-out calls: {others:#?}");
 }

@@ -723,15 +723,27 @@ def test_everything_on(chart):
 
 
 def test_tracing_otlp_endpoint(chart):
-    """tracing.otlpEndpoint reaches leased as LEASED_OTLP_ENDPOINT; empty (the default), tracing
-    stays off and the variable is not set at all."""
+    """tracing.otlpEndpoint reaches leased as LEASED_OTLP_ENDPOINT, and tracing.sampleRatio as
+    LEASED_OTLP_SAMPLE_RATIO; empty (the default), tracing stays off and neither is set."""
     objects, _ = render(chart, {})
     assert "LEASED_OTLP_ENDPOINT" not in config_map_data(objects)
     assert "LEASED_OTLP_ENDPOINT" not in env_of(container(objects))
 
+    assert "LEASED_OTLP_SAMPLE_RATIO" not in config_map_data(objects)
+
     endpoint = "http://otel-collector.observability:4317"
     objects, _ = render(chart, {"tracing": {"otlpEndpoint": endpoint}})
     assert config_map_data(objects)["LEASED_OTLP_ENDPOINT"] == endpoint
+    # A tenth of the RPCs traced unless set (leased's own default is every RPC).
+    assert config_map_data(objects)["LEASED_OTLP_SAMPLE_RATIO"] == "0.1"
+    for ratio, variable in [(1, "1"), (0, "0"), (0.25, "0.25")]:
+        values = {"tracing": {"otlpEndpoint": endpoint, "sampleRatio": ratio}}
+        objects, _ = render(chart, values)
+        assert config_map_data(objects)["LEASED_OTLP_SAMPLE_RATIO"] == variable
+    tracing = chart.schema["properties"]["tracing"]
+    for refused in [-0.1, 1.5, "0.1"]:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"sampleRatio": refused}, tracing)
     # The pods read the ConfigMap whole, and roll when it changes.
     leased = container(objects)
     assert any(
