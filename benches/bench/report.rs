@@ -91,7 +91,11 @@ pub(crate) fn targets(rows: &[Row], run: &Run) -> Vec<Target> {
     });
     let handoff = find(rows, "handoff@1");
     for (name, quantile, goal) in [
-        ("handoff@1 p50 ≤ 0.45 ms", handoff.map(|row| row.p50_ms), 0.45),
+        (
+            "handoff@1 p50 ≤ 0.45 ms",
+            handoff.map(|row| row.p50_ms),
+            0.45,
+        ),
         ("handoff@1 p99 ≤ 5 ms", handoff.map(|row| row.p99_ms), 5.0),
     ] {
         targets.push(Target {
