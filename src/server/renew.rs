@@ -81,8 +81,8 @@ impl LeaseServiceImpl {
                 // Each renewal has a span of its own (a stream renews any number of leases),
                 // under the stream's: none when the stream is not traced.
                 let renewal = telemetry::renewal_span(&stream_span);
-                // Boxed: the store's future (about 8 KB on Redis) then takes memory only while a
-                // renewal is in flight, not for as long as the stream stays open.
+                // Boxed: the store's future then takes memory only while a renewal is in
+                // flight, not for as long as the stream stays open.
                 let renewing = renew_one(&replica, &limits, &access, request, &held, &renewal);
                 let answer = Box::pin(renewing)
                     .instrument(renewal.clone())
